@@ -1,0 +1,1 @@
+"""posenc_ref: reference implementations of positional encodings for transformers."""
