@@ -6,7 +6,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test install lint clean
+# MathJax is served from the site, so that pages render without a network (see _config.yml).
+MATHJAX_VERSION := 3.2.2
+VENDOR := _build/vendor
+MATHJAX := $(VENDOR)/mathjax/es5/tex-chtml.js
+# What tex-chtml.js loads: its fonts, the TeX packages it autoloads, and the accessibility tools of its menu.
+MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extensions es5/a11y es5/sre
+# The chapters' outputs depend on posenc_ref, but the execution cache is keyed on the cells' code only:
+# a change of this hash clears the cache (and Sphinx's environment, so that every chapter is read again).
+CODE_HASH_FILE := _build/.posenc_ref.hash
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: book test install lint clean mathjax chromium
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,13 +28,40 @@ $(INSTALLED): requirements.txt pyproject.toml
 
 install: $(INSTALLED)
 
-book: $(INSTALLED)
-	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+$(MATHJAX):
+	rm -rf $(VENDOR)/mathjax && mkdir -p $(VENDOR)/mathjax
+	cd $(VENDOR) && npm pack --silent mathjax@$(MATHJAX_VERSION) > /dev/null
+	tar -xzf $(VENDOR)/mathjax-$(MATHJAX_VERSION).tgz -C $(VENDOR)/mathjax --strip-components=1 \
+		$(addprefix package/,$(MATHJAX_PARTS))
+	rm $(VENDOR)/mathjax-$(MATHJAX_VERSION).tgz
+
+mathjax: $(MATHJAX)
+
+$(CHROMIUM):
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+
+chromium: $(CHROMIUM)
+
+# A failed build also drops Sphinx's environment: an incremental build does not repeat the warnings of
+# pages it does not read again, so the next build reads every page (executed notebooks stay cached).
+book: $(INSTALLED) $(MATHJAX)
+	@mkdir -p _build
+	@code_hash=$$(find posenc_ref -name '*.py' | LC_ALL=C sort | xargs sha256sum requirements.txt | sha256sum); \
+	if [ "$$code_hash" != "$$(cat $(CODE_HASH_FILE) 2>/dev/null)" ]; then \
+		echo "posenc_ref or requirements.txt changed: every chapter will be executed again"; \
+		rm -rf _build/.jupyter_cache _build/.doctrees; \
+		echo "$$code_hash" > $(CODE_HASH_FILE); \
+	fi
+	@# matplotlib builds its font cache on first import and says so on stderr; not inside a chapter.
+	$(BIN)/python -c "import matplotlib.pyplot"
+	$(BIN)/jupyter-book build . --builder html -W -n --keep-going || { rm -rf _build/.doctrees; exit 1; }
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
-test: lint
+# The browser test (tests/test_book.py) opens every page of the built book in Chromium.
+test: lint book $(CHROMIUM)
 	$(BIN)/python -m pytest
 
 clean:
