@@ -1,0 +1,344 @@
+r"""The figures of the book and the notebooks.
+
+Each function takes the data to draw (torch tensors, numpy arrays or nested lists) and returns a new
+:class:`matplotlib.figure.Figure`; it computes nothing about positional encodings itself, so a figure shows
+exactly the numbers the reader computed in the cell above it. Figures are created with ``pyplot`` (so that
+``plt.show()`` displays them in a notebook) and use the constrained layout engine; nothing else is kept
+between calls. Close a figure with ``plt.close(fig)`` when it is not shown.
+
+Axes conventions: positions ``p`` run along the vertical axis of a table (rows, as in a ``(length, d)``
+tensor) and along the horizontal axis of a curve; feature indices run along the horizontal axis of a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = [
+    "plot_attention_maps",
+    "plot_bar_chart",
+    "plot_binary_counter",
+    "plot_curves",
+    "plot_encoding_dimensions",
+    "plot_heatmaps",
+    "plot_similarity_matrices",
+    "plot_wavelengths",
+]
+
+_ANNOTATE_UP_TO = 8  # attention maps up to this many tokens get their weights written in the cells
+_PANEL_SIZE = 3.2  # inches per panel in a row of heatmaps
+
+
+def _as_array(name: str, value: Any, *, ndim: int) -> np.ndarray:
+    """``value`` as a float numpy array of rank ``ndim``; tensors are detached and moved to the CPU."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be a tensor or array of numbers, got {type(value).__name__}") from error
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {array.shape}")
+    return array
+
+
+def _check_same_length(name: str, items: Sequence[Any], other_name: str, other: Sequence[Any]) -> None:
+    if len(items) != len(other):
+        raise ValueError(f"{name} has {len(items)} entries but {other_name} has {len(other)}; they must match")
+
+
+def _check_not_empty(name: str, items: Sequence[Any] | Mapping[str, Any]) -> None:
+    if len(items) == 0:
+        raise ValueError(f"{name} must not be empty")
+
+
+def plot_heatmaps(
+    images: Sequence[Any],
+    titles: Sequence[str],
+    *,
+    xlabel: str = "feature",
+    ylabel: str = "position p",
+    colorbar_label: str | None = None,
+    symmetric: bool = True,
+    cmap: str | None = None,
+    suptitle: str | None = None,
+) -> Figure:
+    """A row of heatmaps on one shared colour scale, with one colour bar.
+
+    Args:
+        images: 2-D arrays, each drawn with row 0 at the top (a ``(length, d)`` table puts positions down
+            the vertical axis and features across).
+        titles: one title per image.
+        xlabel, ylabel: axis labels shared by every panel.
+        colorbar_label: the label of the colour bar.
+        symmetric: centre the scale on 0 (``[-m, m]`` with ``m`` the largest absolute value, diverging
+            colour map), for signed data; otherwise span ``[min, max]`` with a sequential map.
+        cmap: a matplotlib colour map name, overriding the default.
+        suptitle: a title over the whole figure.
+
+    Returns:
+        A figure with ``len(images)`` image axes and one colour bar.
+
+    Raises:
+        ValueError: if ``images`` is empty, an image is not 2-D, or ``titles`` has another length.
+    """
+    _check_not_empty("images", images)
+    _check_same_length("images", images, "titles", titles)
+    arrays = [_as_array(f"images[{index}]", image, ndim=2) for index, image in enumerate(images)]
+    if symmetric:
+        limit = max(float(np.abs(array).max()) for array in arrays) or 1.0
+        vmin, vmax, default_cmap = -limit, limit, "RdBu_r"
+    else:
+        vmin = min(float(array.min()) for array in arrays)
+        vmax = max(float(array.max()) for array in arrays)
+        default_cmap = "viridis"
+    figure, axes = plt.subplots(
+        1, len(arrays), figsize=(_PANEL_SIZE * len(arrays) + 1.0, _PANEL_SIZE), layout="constrained", squeeze=False
+    )
+    for axis, array, title in zip(axes[0], arrays, titles, strict=True):
+        image = axis.imshow(array, aspect="auto", cmap=cmap or default_cmap, vmin=vmin, vmax=vmax,
+                            interpolation="nearest")
+        axis.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    colorbar = figure.colorbar(image, ax=list(axes[0]), shrink=0.9)
+    if colorbar_label:
+        colorbar.set_label(colorbar_label)
+    if suptitle:
+        figure.suptitle(suptitle)
+    return figure
+
+
+def plot_attention_maps(
+    weights: Sequence[Any], titles: Sequence[str], tokens: Sequence[Sequence[str]]
+) -> Figure:
+    """Attention weights as heatmaps, one panel per map, with the tokens on both axes.
+
+    Panel ``n`` draws ``weights[n][i, j]``, the weight that query ``i`` (row) gives to key ``j`` (column), on a
+    colour scale from 0 to 1; maps of up to 8 tokens have each weight written in its cell.
+
+    Args:
+        weights: 2-D ``(q_len, k_len)`` arrays of attention weights (rows of a softmax sum to 1).
+        titles: one title per map.
+        tokens: per map, the token strings of its sequence (``k_len`` of them; queries and keys are the same
+            tokens in self-attention, so ``q_len == k_len``).
+
+    Raises:
+        ValueError: if the lists differ in length, a map is not 2-D and square, or its tokens do not match
+            its size.
+    """
+    _check_not_empty("weights", weights)
+    _check_same_length("weights", weights, "titles", titles)
+    _check_same_length("weights", weights, "tokens", tokens)
+    arrays = [_as_array(f"weights[{index}]", map_, ndim=2) for index, map_ in enumerate(weights)]
+    for index, (array, words) in enumerate(zip(arrays, tokens, strict=True)):
+        if array.shape != (len(words), len(words)):
+            raise ValueError(
+                f"weights[{index}] has shape {array.shape} but tokens[{index}] has {len(words)} tokens; "
+                f"a self-attention map must be ({len(words)}, {len(words)})"
+            )
+    figure, axes = plt.subplots(
+        1, len(arrays), figsize=(2.9 * len(arrays) + 1.0, 3.0), layout="constrained", squeeze=False
+    )
+    for axis, array, title, words in zip(axes[0], arrays, titles, tokens, strict=True):
+        image = axis.imshow(array, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+        positions = range(len(words))
+        axis.set_xticks(positions, labels=list(words), rotation=45)
+        axis.set_yticks(positions, labels=list(words))
+        axis.set(title=title, xlabel="key", ylabel="query")
+        if len(words) <= _ANNOTATE_UP_TO:
+            for (row, column), value in np.ndenumerate(array):
+                axis.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                          color="white" if value > 0.6 else "black")
+    figure.colorbar(image, ax=list(axes[0]), shrink=0.9, label="attention weight")
+    return figure
+
+
+def plot_bar_chart(
+    values: Mapping[str, float], *, ylabel: str, title: str | None = None, log_scale: bool = False
+) -> Figure:
+    """One bar per named value, each labelled with its value.
+
+    Args:
+        values: bar label -> height (e.g. setting -> measured error), drawn in the mapping's order.
+        ylabel: the label of the vertical axis.
+        title: the title of the axes.
+        log_scale: use a logarithmic vertical axis (every value must then be > 0).
+
+    Raises:
+        ValueError: if ``values`` is empty, or ``log_scale`` is set and a value is not > 0.
+    """
+    _check_not_empty("values", values)
+    labels = list(values)
+    heights = np.array([float(values[label]) for label in labels])
+    if log_scale and not (heights > 0).all():
+        raise ValueError(f"log_scale=True needs every value > 0, got {dict(zip(labels, heights.tolist()))}")
+    figure, axis = plt.subplots(figsize=(1.6 * len(labels) + 2.0, 3.4), layout="constrained")
+    bars = axis.bar(range(len(labels)), heights, color="tab:blue")
+    axis.set_xticks(range(len(labels)), labels=labels)
+    axis.bar_label(bars, labels=[f"{height:.1e}" if log_scale else f"{height:.3g}" for height in heights],
+                   padding=2, fontsize=8)
+    axis.set_ylabel(ylabel)
+    if log_scale:
+        axis.set_yscale("log")
+        axis.set_ylim(heights.min() / 10, heights.max() * 10)
+    if title:
+        axis.set_title(title)
+    return figure
+
+
+def plot_curves(
+    x: Any,
+    curves: Mapping[str, Any],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    boundary: float | None = None,
+    boundary_label: str | None = None,
+    log_y: bool = False,
+    markers: bool = False,
+    dashed: Sequence[str] = (),
+) -> Figure:
+    """Named curves ``y(x)`` on one set of axes, with a legend and an optional vertical boundary line.
+
+    Args:
+        x: 1-D array of abscissae, shared by every curve.
+        curves: label -> 1-D array of ``len(x)`` ordinates, drawn in the mapping's order.
+        xlabel, ylabel, title: the labels of the axes.
+        boundary: draw a dashed vertical line at this ``x`` (e.g. the last trained position).
+        boundary_label: the legend entry of the boundary line.
+        log_y: logarithmic vertical axis.
+        markers: draw a marker at each point.
+        dashed: labels of curves to draw dashed and on top (e.g. a closed form to compare with).
+
+    Returns:
+        A figure with one axes holding ``len(curves)`` lines (plus one for the boundary).
+
+    Raises:
+        ValueError: if ``curves`` is empty, a curve's length differs from ``x``'s, or ``dashed`` names a
+            label that is not in ``curves``.
+    """
+    _check_not_empty("curves", curves)
+    unknown = [label for label in dashed if label not in curves]
+    if unknown:
+        raise ValueError(f"dashed names {unknown}, which are not labels of curves ({list(curves)})")
+    abscissae = _as_array("x", x, ndim=1)
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    for label, values in curves.items():
+        ordinates = _as_array(f"curves[{label!r}]", values, ndim=1)
+        if ordinates.shape != abscissae.shape:
+            raise ValueError(f"curves[{label!r}] has {ordinates.shape[0]} values but x has {abscissae.shape[0]}")
+        style = {"linestyle": "--", "zorder": 3} if label in dashed else {}
+        axis.plot(abscissae, ordinates, label=label, marker="o" if markers else None, markersize=3, **style)
+    if boundary is not None:
+        axis.axvline(boundary, color="black", linestyle="--", linewidth=1, label=boundary_label)
+    if log_y:
+        axis.set_yscale("log")
+    axis.set(xlabel=xlabel, ylabel=ylabel)
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3)
+    return figure
+
+
+def plot_encoding_dimensions(table: Any, features: Sequence[int], *, title: str | None = None) -> Figure:
+    """Selected features of a position table against the position: ``table[p, j]`` for each ``j`` in ``features``.
+
+    Args:
+        table: a ``(length, d)`` table, row ``p`` the encoding ``PE(p)``.
+        features: the feature indices ``j`` to draw, one line each, labelled ``feature j``.
+        title: the title of the axes.
+
+    Raises:
+        ValueError: if ``table`` is not 2-D, ``features`` is empty or a feature index is out of range.
+    """
+    array = _as_array("table", table, ndim=2)
+    _check_not_empty("features", features)
+    for feature in features:
+        if not 0 <= feature < array.shape[1]:
+            raise ValueError(f"features contains {feature}, outside 0..{array.shape[1] - 1} (the table's width)")
+    curves = {f"feature {feature}": array[:, feature] for feature in features}
+    return plot_curves(np.arange(array.shape[0]), curves, xlabel="position p", ylabel="PE(p) value", title=title)
+
+
+def plot_wavelengths(wavelengths: Mapping[str, Any], *, title: str | None = None) -> Figure:
+    """Wavelength ``2 pi / omega_i`` against the pair index ``i``, one line per set of frequencies, log scale.
+
+    Args:
+        wavelengths: label -> 1-D array of wavelengths (in positions), one entry per pair ``i``.
+        title: the title of the axes.
+
+    Raises:
+        ValueError: if ``wavelengths`` is empty or a wavelength is not > 0.
+    """
+    _check_not_empty("wavelengths", wavelengths)
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    for label, values in wavelengths.items():
+        array = _as_array(f"wavelengths[{label!r}]", values, ndim=1)
+        if not (array > 0).all():
+            raise ValueError(f"wavelengths[{label!r}] must be > 0 everywhere (a log axis), got min {array.min()}")
+        axis.plot(np.arange(array.shape[0]), array, marker="o", markersize=3, label=label)
+    axis.set_yscale("log")
+    axis.set(xlabel="pair index i", ylabel="wavelength (positions)")
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3, which="both")
+    return figure
+
+
+def plot_binary_counter(bits: Any, sines: Any) -> Figure:
+    """The binary counter beside the sinusoidal table: two images with the position along the horizontal axis.
+
+    Left: ``bits[p, b]``, bit ``b`` of the integer ``p`` (bit 0, the fastest, on top). Right: the sign of
+    ``sines[p, i] = sin(p omega_i)`` (pair 0, the fastest, on top). Both flip faster in the top rows.
+
+    Args:
+        bits: ``(length, num_bits)`` array of 0/1 values.
+        sines: ``(length, num_pairs)`` array of the sine features of the same positions.
+
+    Raises:
+        ValueError: if either is not 2-D or they cover different numbers of positions.
+    """
+    bit_array = _as_array("bits", bits, ndim=2)
+    sine_array = _as_array("sines", sines, ndim=2)
+    if bit_array.shape[0] != sine_array.shape[0]:
+        raise ValueError(
+            f"bits covers {bit_array.shape[0]} positions but sines covers {sine_array.shape[0]}; they must match"
+        )
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10.0, 3.4), layout="constrained")
+    left.imshow(bit_array.T, aspect="auto", cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+    left.set(title="bits of p (black = 1)", xlabel="position p", ylabel="bit b")
+    right.imshow(np.sign(sine_array.T), aspect="auto", cmap="Greys", vmin=-1, vmax=1, interpolation="nearest")
+    right.set(title="sign of sin(p ω_i) (black = positive)", xlabel="position p", ylabel="pair index i")
+    return figure
+
+
+def plot_similarity_matrices(matrices: Sequence[Any], titles: Sequence[str]) -> Figure:
+    """Cosine-similarity matrices between positions, on the fixed scale ``[-1, 1]``.
+
+    Args:
+        matrices: square 2-D arrays, entry ``(p, q)`` the cosine similarity of the encodings of ``p`` and ``q``.
+        titles: one title per matrix.
+
+    Raises:
+        ValueError: if a matrix is not square, a value lies outside ``[-1, 1]`` (beyond rounding), or the
+            lists differ in length.
+    """
+    _check_not_empty("matrices", matrices)
+    arrays = [_as_array(f"matrices[{index}]", matrix, ndim=2) for index, matrix in enumerate(matrices)]
+    for index, array in enumerate(arrays):
+        if array.shape[0] != array.shape[1]:
+            raise ValueError(f"matrices[{index}] must be square, got shape {array.shape}")
+        if np.abs(array).max() > 1.0 + 1e-5:
+            raise ValueError(f"matrices[{index}] holds {np.abs(array).max():.4g}; cosine similarities lie in [-1, 1]")
+    figure = plot_heatmaps(arrays, titles, xlabel="position q", ylabel="position p",
+                           colorbar_label="cosine similarity", symmetric=True)
+    for axis in figure.axes[: len(arrays)]:
+        axis.images[0].set_clim(-1.0, 1.0)
+    return figure

@@ -1,0 +1,228 @@
+"""Tests for posenc_ref.plots: each figure draws exactly the data it is given, with the labels it promises."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from posenc_ref import plots
+
+
+@pytest.fixture(autouse=True)
+def agg_backend_and_no_leftover_figures():
+    """Draw off-screen with Agg, as on a machine without a display, and close every figure afterwards."""
+    plt.switch_backend("Agg")
+    yield
+    plt.close("all")
+
+
+def image_axes(figure: Figure) -> list:
+    """The axes that hold an image, i.e. the panels (colour bars hold none)."""
+    return [axis for axis in figure.axes if axis.images]
+
+
+# ---------------------------------------------------------------- plot_heatmaps
+
+
+def test_heatmaps_draw_one_panel_per_image_with_the_data_titles_and_labels():
+    first = torch.arange(12.0).reshape(3, 4) - 6.0
+    second = np.ones((5, 2))
+    figure = plots.plot_heatmaps([first, second], ["a", "b"], xlabel="feature", ylabel="position p",
+                                 colorbar_label="value")
+    assert isinstance(figure, Figure)
+    panels = image_axes(figure)
+    assert len(panels) == 2 and len(figure.axes) == 3  # two panels and one colour bar
+    np.testing.assert_array_equal(panels[0].images[0].get_array(), first.numpy())
+    np.testing.assert_array_equal(panels[1].images[0].get_array(), second)
+    assert [axis.get_title() for axis in panels] == ["a", "b"]
+    assert all(axis.get_xlabel() == "feature" and axis.get_ylabel() == "position p" for axis in panels)
+    assert figure.axes[2].get_ylabel() == "value"
+
+
+def test_heatmaps_share_a_symmetric_scale_around_zero_for_signed_data():
+    figure = plots.plot_heatmaps([np.array([[-1.0, 0.5]]), np.array([[3.0, -2.0]])], ["a", "b"])
+    for axis in image_axes(figure):
+        assert axis.images[0].get_clim() == (-3.0, 3.0)
+
+
+def test_heatmaps_span_min_to_max_when_not_symmetric():
+    figure = plots.plot_heatmaps([np.array([[1.0, 2.0]]), np.array([[4.0, 3.0]])], ["a", "b"], symmetric=False)
+    for axis in image_axes(figure):
+        assert axis.images[0].get_clim() == (1.0, 4.0)
+
+
+def test_heatmaps_reject_a_title_count_that_differs_from_the_images():
+    with pytest.raises(ValueError, match="titles"):
+        plots.plot_heatmaps([np.zeros((2, 2))], ["a", "b"])
+
+
+def test_heatmaps_reject_an_image_that_is_not_two_dimensional():
+    with pytest.raises(ValueError, match=r"images\[0\]"):
+        plots.plot_heatmaps([np.zeros(3)], ["a"])
+
+
+# ---------------------------------------------------------------- plot_attention_maps
+
+
+def test_attention_maps_label_both_axes_with_the_tokens_and_write_each_weight():
+    weights = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]])
+    figure = plots.plot_attention_maps([weights, weights.T], ["one", "two"], [["a", "b", "c"], ["x", "y", "z"]])
+    panels = image_axes(figure)
+    assert len(panels) == 2
+    first = panels[0]
+    assert [label.get_text() for label in first.get_xticklabels()] == ["a", "b", "c"]
+    assert [label.get_text() for label in first.get_yticklabels()] == ["a", "b", "c"]
+    assert (first.get_xlabel(), first.get_ylabel(), first.get_title()) == ("key", "query", "one")
+    assert first.images[0].get_clim() == (0.0, 1.0)
+    written = [text.get_text() for text in first.texts]
+    assert len(written) == 9 and written[:3] == ["0.50", "0.25", "0.25"] and written[4] == "0.80"
+    np.testing.assert_allclose(panels[1].images[0].get_array(), weights.T.numpy())
+
+
+def test_attention_maps_leave_large_maps_unannotated():
+    tokens = [str(index) for index in range(9)]
+    figure = plots.plot_attention_maps([np.full((9, 9), 1 / 9)], ["nine"], [tokens])
+    assert len(image_axes(figure)[0].texts) == 0
+
+
+def test_attention_maps_reject_a_map_whose_size_differs_from_its_tokens():
+    with pytest.raises(ValueError, match=r"weights\[0\]"):
+        plots.plot_attention_maps([np.eye(3)], ["t"], [["a", "b"]])
+
+
+# ---------------------------------------------------------------- plot_bar_chart
+
+
+def test_bar_chart_draws_one_bar_per_value_in_order_with_its_label():
+    values = {"none": 1e-7, "sinusoidal": 0.1, "causal": 1.2}
+    figure = plots.plot_bar_chart(values, ylabel="error", title="t", log_scale=True)
+    axis = figure.axes[0]
+    heights = [patch.get_height() for patch in axis.patches]
+    np.testing.assert_allclose(heights, [1e-7, 0.1, 1.2])
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["none", "sinusoidal", "causal"]
+    assert axis.get_yscale() == "log" and axis.get_ylabel() == "error" and axis.get_title() == "t"
+    assert [text.get_text() for text in axis.texts] == ["1.0e-07", "1.0e-01", "1.2e+00"]
+
+
+def test_bar_chart_on_a_log_scale_rejects_a_value_that_is_not_positive():
+    with pytest.raises(ValueError, match="log_scale"):
+        plots.plot_bar_chart({"a": 1.0, "b": 0.0}, ylabel="y", log_scale=True)
+
+
+def test_bar_chart_rejects_no_values():
+    with pytest.raises(ValueError, match="values"):
+        plots.plot_bar_chart({}, ylabel="y")
+
+
+# ---------------------------------------------------------------- plot_curves
+
+
+def test_curves_draw_each_named_curve_and_the_boundary():
+    x = torch.arange(5)
+    curves = {"square": x**2, "linear": np.arange(5.0)}
+    figure = plots.plot_curves(x, curves, xlabel="p", ylabel="y", boundary=2.5, boundary_label="edge",
+                               dashed=["linear"])
+    axis = figure.axes[0]
+    lines = axis.get_lines()
+    assert len(lines) == 3  # two curves and the boundary
+    np.testing.assert_array_equal(lines[0].get_ydata(), [0, 1, 4, 9, 16])
+    np.testing.assert_array_equal(lines[1].get_xdata(), np.arange(5))
+    assert lines[0].get_linestyle() == "-" and lines[1].get_linestyle() == "--"
+    np.testing.assert_array_equal(lines[2].get_xdata(), [2.5, 2.5])
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["square", "linear", "edge"]
+    assert (axis.get_xlabel(), axis.get_ylabel()) == ("p", "y")
+
+
+def test_curves_reject_a_curve_whose_length_differs_from_x():
+    with pytest.raises(ValueError, match="'short'"):
+        plots.plot_curves(np.arange(4), {"short": np.arange(3)}, xlabel="x", ylabel="y")
+
+
+def test_curves_reject_a_dashed_label_that_is_not_a_curve():
+    with pytest.raises(ValueError, match="dashed"):
+        plots.plot_curves(np.arange(3), {"a": np.arange(3)}, xlabel="x", ylabel="y", dashed=["b"])
+
+
+# ---------------------------------------------------------------- plot_encoding_dimensions
+
+
+def test_encoding_dimensions_draw_the_chosen_columns_against_the_position():
+    table = torch.arange(20.0).reshape(5, 4)  # table[p, j] = 4 p + j
+    figure = plots.plot_encoding_dimensions(table, [1, 3])
+    lines = figure.axes[0].get_lines()
+    assert len(lines) == 2
+    np.testing.assert_array_equal(lines[0].get_ydata(), [1, 5, 9, 13, 17])
+    np.testing.assert_array_equal(lines[1].get_ydata(), [3, 7, 11, 15, 19])
+    np.testing.assert_array_equal(lines[0].get_xdata(), np.arange(5))
+    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["feature 1", "feature 3"]
+    assert figure.axes[0].get_xlabel() == "position p"
+
+
+def test_encoding_dimensions_reject_a_feature_outside_the_table():
+    with pytest.raises(ValueError, match="features"):
+        plots.plot_encoding_dimensions(np.zeros((3, 4)), [4])
+
+
+# ---------------------------------------------------------------- plot_wavelengths
+
+
+def test_wavelengths_draw_one_line_per_set_against_the_pair_index_on_a_log_axis():
+    figure = plots.plot_wavelengths({"a": [1.0, 10.0, 100.0], "b": np.array([2.0, 4.0])})
+    axis = figure.axes[0]
+    lines = axis.get_lines()
+    assert len(lines) == 2 and axis.get_yscale() == "log"
+    np.testing.assert_array_equal(lines[0].get_xdata(), [0, 1, 2])
+    np.testing.assert_array_equal(lines[1].get_ydata(), [2.0, 4.0])
+    assert axis.get_xlabel() == "pair index i"
+
+
+def test_wavelengths_reject_a_wavelength_that_is_not_positive():
+    with pytest.raises(ValueError, match="'bad'"):
+        plots.plot_wavelengths({"bad": [1.0, -2.0]})
+
+
+# ---------------------------------------------------------------- plot_binary_counter
+
+
+def test_binary_counter_draws_the_bits_and_the_signs_with_positions_across():
+    positions = np.arange(8)
+    bits = (positions[:, None] >> np.arange(3)[None, :]) & 1  # (8, 3)
+    sines = np.sin(positions[:, None] * np.array([1.0, 0.1])[None, :])  # (8, 2)
+    figure = plots.plot_binary_counter(bits, sines)
+    left, right = image_axes(figure)
+    np.testing.assert_array_equal(left.images[0].get_array(), bits.T)
+    np.testing.assert_array_equal(right.images[0].get_array(), np.sign(sines.T))
+    assert left.get_xlabel() == right.get_xlabel() == "position p"
+    assert (left.get_ylabel(), right.get_ylabel()) == ("bit b", "pair index i")
+
+
+def test_binary_counter_rejects_tables_of_different_lengths():
+    with pytest.raises(ValueError, match="positions"):
+        plots.plot_binary_counter(np.zeros((4, 2)), np.zeros((5, 2)))
+
+
+# ---------------------------------------------------------------- plot_similarity_matrices
+
+
+def test_similarity_matrices_use_the_fixed_scale_minus_one_to_one():
+    matrix = np.array([[1.0, 0.2], [0.2, 1.0]])
+    figure = plots.plot_similarity_matrices([matrix, -matrix * 0.5], ["a", "b"])
+    panels = image_axes(figure)
+    assert len(panels) == 2
+    for axis in panels:
+        assert axis.images[0].get_clim() == (-1.0, 1.0)
+        assert (axis.get_xlabel(), axis.get_ylabel()) == ("position q", "position p")
+    np.testing.assert_array_equal(panels[1].images[0].get_array(), -matrix * 0.5)
+
+
+def test_similarity_matrices_reject_a_matrix_that_is_not_square():
+    with pytest.raises(ValueError, match="square"):
+        plots.plot_similarity_matrices([np.zeros((2, 3))], ["a"])
+
+
+def test_similarity_matrices_reject_values_outside_minus_one_to_one():
+    with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+        plots.plot_similarity_matrices([np.full((2, 2), 1.5)], ["a"])
