@@ -23,9 +23,13 @@ __all__ = [
     "plot_attention_maps",
     "plot_bar_chart",
     "plot_binary_counter",
+    "plot_curve_panels",
     "plot_curves",
     "plot_encoding_dimensions",
+    "plot_grouped_bars",
     "plot_heatmaps",
+    "plot_marked_curves",
+    "plot_plane_vectors",
     "plot_similarity_matrices",
     "plot_wavelengths",
 ]
@@ -341,4 +345,190 @@ def plot_similarity_matrices(matrices: Sequence[Any], titles: Sequence[str]) -> 
                            colorbar_label="cosine similarity", symmetric=True)
     for axis in figure.axes[: len(arrays)]:
         axis.images[0].set_clim(-1.0, 1.0)
+    return figure
+
+
+def plot_grouped_bars(
+    categories: Sequence[str], groups: Mapping[str, Any], *, ylabel: str, title: str | None = None
+) -> Figure:
+    """Bars side by side: for each category one bar per group, each labelled with its value.
+
+    Args:
+        categories: the labels under the groups of bars (e.g. the keys a query attends to).
+        groups: group label -> 1-D array of ``len(categories)`` heights (e.g. "without bias" -> weights), one
+            colour per group, drawn in the mapping's order.
+        ylabel: the label of the vertical axis.
+        title: the title of the axes.
+
+    Raises:
+        ValueError: if ``categories`` or ``groups`` is empty, or a group's length differs from ``categories``.
+    """
+    _check_not_empty("categories", categories)
+    _check_not_empty("groups", groups)
+    arrays = {label: _as_array(f"groups[{label!r}]", values, ndim=1) for label, values in groups.items()}
+    for label, array in arrays.items():
+        if array.shape[0] != len(categories):
+            raise ValueError(f"groups[{label!r}] has {array.shape[0]} values but there are {len(categories)} "
+                             "categories; they must match")
+    width = 0.8 / len(arrays)
+    figure_width = 1.2 * len(categories) * len(arrays) + 2.5
+    figure, axis = plt.subplots(figsize=(figure_width, 3.4), layout="constrained")
+    centres = np.arange(len(categories))
+    for index, (label, heights) in enumerate(arrays.items()):
+        bars = axis.bar(centres + (index - (len(arrays) - 1) / 2) * width, heights, width, label=label)
+        axis.bar_label(bars, labels=[f"{height:.3f}" for height in heights], padding=2, fontsize=8)
+    axis.set_xticks(centres, labels=list(categories))
+    axis.set_ylabel(ylabel)
+    axis.set_ylim(0, max(float(array.max()) for array in arrays.values()) * 1.2 or 1.0)
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8)
+    return figure
+
+
+def plot_marked_curves(
+    x: Any,
+    curves: Mapping[str, Any],
+    *,
+    xlabel: str,
+    ylabel: str,
+    vertical: Mapping[str, float] | None = None,
+    horizontal: Mapping[str, float] | None = None,
+    steps: bool = False,
+    log_y: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """Named curves ``y(x)`` with labelled reference lines: vertical ones at given ``x``, horizontal at ``y``.
+
+    Args:
+        x: 1-D array of abscissae, shared by every curve.
+        curves: label -> 1-D array of ``len(x)`` ordinates, drawn in the mapping's order.
+        xlabel, ylabel, title: the labels of the axes.
+        vertical: legend label -> ``x`` of a dotted vertical line (e.g. where a bucket begins).
+        horizontal: legend label -> ``y`` of a dotted horizontal line (e.g. a context length).
+        steps: draw each curve as a staircase (``drawstyle="steps-mid"``), for integer-valued functions such
+            as a bucket index.
+        log_y: logarithmic vertical axis.
+
+    Returns:
+        A figure with one axes holding the curves, then the vertical lines, then the horizontal lines.
+
+    Raises:
+        ValueError: if ``curves`` is empty or a curve's length differs from ``x``'s.
+    """
+    _check_not_empty("curves", curves)
+    abscissae = _as_array("x", x, ndim=1)
+    figure, axis = plt.subplots(figsize=(8.0, 3.6), layout="constrained")
+    for label, values in curves.items():
+        ordinates = _as_array(f"curves[{label!r}]", values, ndim=1)
+        if ordinates.shape != abscissae.shape:
+            raise ValueError(f"curves[{label!r}] has {ordinates.shape[0]} values but x has {abscissae.shape[0]}")
+        axis.plot(abscissae, ordinates, label=label, drawstyle="steps-mid" if steps else "default")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines = [*((label, value, axis.axvline) for label, value in (vertical or {}).items()),
+             *((label, value, axis.axhline) for label, value in (horizontal or {}).items())]
+    for index, (label, value, draw) in enumerate(lines):
+        colour = colours[(len(curves) + index) % len(colours)]
+        draw(value, color=colour, linestyle=":", linewidth=1.5, label=label)
+    if log_y:
+        axis.set_yscale("log")
+    axis.set(xlabel=xlabel, ylabel=ylabel)
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes, off the curves
+    axis.grid(alpha=0.3)
+    return figure
+
+
+def plot_curve_panels(
+    x: Any,
+    panels: Mapping[str, Mapping[str, Any]],
+    *,
+    xlabel: str,
+    ylabels: Sequence[str],
+    log_x: bool = False,
+    log_y: bool = False,
+    markers: bool = True,
+) -> Figure:
+    """A row of panels of named curves over the same abscissae, e.g. memory and time against the length.
+
+    Args:
+        x: 1-D array of abscissae, shared by every curve of every panel.
+        panels: panel title -> (curve label -> 1-D array of ``len(x)`` ordinates); a label keeps its colour
+            from panel to panel.
+        xlabel: the label of every horizontal axis.
+        ylabels: one vertical-axis label per panel.
+        log_x, log_y: logarithmic axes (base 2 for ``x``, which suits lengths that double).
+        markers: draw a marker at each point (for a few measured points; leave off for dense curves).
+
+    Raises:
+        ValueError: if ``panels`` or a panel is empty, ``ylabels`` has another length than ``panels``, or a
+            curve's length differs from ``x``'s.
+    """
+    _check_not_empty("panels", panels)
+    _check_same_length("panels", list(panels), "ylabels", ylabels)
+    abscissae = _as_array("x", x, ndim=1)
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), layout="constrained",
+                                squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels: list[str] = []
+    for axis, (title, curves), ylabel in zip(axes[0], panels.items(), ylabels, strict=True):
+        _check_not_empty(f"panels[{title!r}]", curves)
+        for label, values in curves.items():
+            ordinates = _as_array(f"panels[{title!r}][{label!r}]", values, ndim=1)
+            if ordinates.shape != abscissae.shape:
+                raise ValueError(f"panels[{title!r}][{label!r}] has {ordinates.shape[0]} values but x has "
+                                 f"{abscissae.shape[0]}")
+            if label not in labels:
+                labels.append(label)
+            colour = colours[labels.index(label) % len(colours)]
+            axis.plot(abscissae, ordinates, marker="o" if markers else None, markersize=4, label=label,
+                      color=colour)
+        if log_x:
+            axis.set_xscale("log", base=2)
+        if log_y:
+            axis.set_yscale("log")
+        axis.set(title=title, xlabel=xlabel, ylabel=ylabel)
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3, which="both")
+    return figure
+
+
+def plot_plane_vectors(vectors: Mapping[str, Any], *, title: str | None = None) -> Figure:
+    """Arrows from the origin in the plane, one colour per set, each arrow numbered by its row.
+
+    Meant for one feature pair of a rotary embedding: row ``m`` of a set is the pair at position ``m``.
+
+    Args:
+        vectors: label -> ``(count, 2)`` array; row ``r`` is drawn as an arrow to ``(x, y)`` marked ``r``.
+        title: the title of the axes.
+
+    Raises:
+        ValueError: if ``vectors`` is empty or a set is not of shape ``(count, 2)``.
+    """
+    _check_not_empty("vectors", vectors)
+    arrays = {label: _as_array(f"vectors[{label!r}]", values, ndim=2) for label, values in vectors.items()}
+    for label, array in arrays.items():
+        if array.shape[1] != 2:
+            raise ValueError(f"vectors[{label!r}] must have shape (count, 2), got {array.shape}")
+    figure, axis = plt.subplots(figsize=(4.6, 4.6), layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    reach = max(float(np.abs(array).max()) for array in arrays.values()) or 1.0
+    for index, (label, array) in enumerate(arrays.items()):
+        colour = colours[index % len(colours)]
+        for row, (end_x, end_y) in enumerate(array):
+            axis.annotate("", xy=(end_x, end_y), xytext=(0.0, 0.0),
+                          arrowprops={"arrowstyle": "->", "color": colour, "linewidth": 1.4})
+            axis.text(1.08 * end_x, 1.08 * end_y, str(row), color=colour, fontsize=8, ha="center",
+                      va="center")
+        axis.plot([], [], color=colour, label=label)  # a legend entry for the set
+    axis.set_xlim(-1.2 * reach, 1.2 * reach)
+    axis.set_ylim(-1.2 * reach, 1.2 * reach)
+    axis.set_aspect("equal")
+    axis.axhline(0.0, color="grey", linewidth=0.5)
+    axis.axvline(0.0, color="grey", linewidth=0.5)
+    axis.set(xlabel="first feature of the pair", ylabel="second feature of the pair")
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8, loc="lower left")
     return figure

@@ -226,3 +226,119 @@ def test_similarity_matrices_reject_a_matrix_that_is_not_square():
 def test_similarity_matrices_reject_values_outside_minus_one_to_one():
     with pytest.raises(ValueError, match=r"\[-1, 1\]"):
         plots.plot_similarity_matrices([np.full((2, 2), 1.5)], ["a"])
+
+
+# ---------------------------------------------------------------- plot_grouped_bars
+
+
+def test_grouped_bars_draw_one_bar_per_category_and_group_with_its_value():
+    groups = {"first": [0.5, 0.25, 0.25], "second": torch.tensor([0.1, 0.2, 0.7])}
+    figure = plots.plot_grouped_bars(["a", "b", "c"], groups, ylabel="weight", title="t")
+    axis = figure.axes[0]
+    heights = [patch.get_height() for patch in axis.patches]
+    np.testing.assert_allclose(heights, [0.5, 0.25, 0.25, 0.1, 0.2, 0.7])
+    first_centres = [patch.get_x() + patch.get_width() / 2 for patch in axis.patches[:3]]
+    second_centres = [patch.get_x() + patch.get_width() / 2 for patch in axis.patches[3:]]
+    assert all(left < right for left, right in zip(first_centres, second_centres, strict=True))  # side by side
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["a", "b", "c"]
+    assert [text.get_text() for text in axis.texts] == ["0.500", "0.250", "0.250", "0.100", "0.200", "0.700"]
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["first", "second"]
+    assert (axis.get_ylabel(), axis.get_title()) == ("weight", "t")
+
+
+def test_grouped_bars_reject_a_group_whose_length_differs_from_the_categories():
+    with pytest.raises(ValueError, match="'short'"):
+        plots.plot_grouped_bars(["a", "b"], {"short": [1.0]}, ylabel="y")
+
+
+def test_grouped_bars_reject_no_groups():
+    with pytest.raises(ValueError, match="groups"):
+        plots.plot_grouped_bars(["a"], {}, ylabel="y")
+
+
+# ---------------------------------------------------------------- plot_marked_curves
+
+
+def test_marked_curves_draw_the_curves_then_the_vertical_and_horizontal_lines():
+    x = np.arange(-3, 4)
+    figure = plots.plot_marked_curves(x, {"abs": np.abs(x)}, xlabel="offset", ylabel="bucket",
+                                      vertical={"start": 2.0}, horizontal={"level": 1.5}, steps=True)
+    axis = figure.axes[0]
+    curve, vertical, horizontal = axis.get_lines()
+    np.testing.assert_array_equal(curve.get_ydata(), [3, 2, 1, 0, 1, 2, 3])
+    assert curve.get_drawstyle() == "steps-mid"
+    np.testing.assert_array_equal(vertical.get_xdata(), [2.0, 2.0])
+    np.testing.assert_array_equal(horizontal.get_ydata(), [1.5, 1.5])
+    assert vertical.get_linestyle() == horizontal.get_linestyle() == ":"
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["abs", "start", "level"]
+    assert (axis.get_xlabel(), axis.get_ylabel(), axis.get_yscale()) == ("offset", "bucket", "linear")
+
+
+def test_marked_curves_without_steps_draw_plain_lines_on_an_optional_log_axis():
+    figure = plots.plot_marked_curves([1, 2, 3], {"a": [1.0, 10.0, 100.0]}, xlabel="x", ylabel="y", log_y=True)
+    axis = figure.axes[0]
+    assert len(axis.get_lines()) == 1 and axis.get_lines()[0].get_drawstyle() == "default"
+    assert axis.get_yscale() == "log"
+
+
+def test_marked_curves_reject_a_curve_whose_length_differs_from_x():
+    with pytest.raises(ValueError, match="'short'"):
+        plots.plot_marked_curves(np.arange(4), {"short": np.arange(3)}, xlabel="x", ylabel="y")
+
+
+# ---------------------------------------------------------------- plot_curve_panels
+
+
+def test_curve_panels_draw_one_panel_per_entry_and_keep_each_label_in_one_colour():
+    x = [128, 256, 512]
+    panels = {"memory": {"reference": [1.0, 4.0, 16.0], "fast": [1.0, 2.0, 4.0]},
+              "time": {"fast": [0.5, 1.0, 2.0], "reference": [2.0, 8.0, 32.0]}}
+    figure = plots.plot_curve_panels(x, panels, xlabel="L", ylabels=["MiB", "ms"], log_x=True, log_y=True)
+    left, right = figure.axes
+    assert (left.get_title(), right.get_title()) == ("memory", "time")
+    assert (left.get_ylabel(), right.get_ylabel()) == ("MiB", "ms")
+    assert left.get_xscale() == right.get_xscale() == "log" and left.get_yscale() == "log"
+    np.testing.assert_array_equal(left.get_lines()[0].get_ydata(), [1.0, 4.0, 16.0])
+    np.testing.assert_array_equal(right.get_lines()[1].get_xdata(), x)
+    left_colours = {line.get_label(): line.get_color() for line in left.get_lines()}
+    right_colours = {line.get_label(): line.get_color() for line in right.get_lines()}
+    assert left_colours == right_colours and left_colours["fast"] != left_colours["reference"]
+    assert left.get_lines()[0].get_marker() == "o"
+
+
+def test_curve_panels_without_markers_draw_plain_lines_on_linear_axes():
+    figure = plots.plot_curve_panels(np.arange(5), {"a": {"c": np.arange(5.0)}, "b": {"c": np.ones(5)}},
+                                     xlabel="x", ylabels=["y", "z"], markers=False)
+    for axis in figure.axes:
+        assert axis.get_lines()[0].get_marker() == "None"
+        assert axis.get_xscale() == axis.get_yscale() == "linear"
+
+
+def test_curve_panels_reject_a_ylabel_count_that_differs_from_the_panels():
+    with pytest.raises(ValueError, match="ylabels"):
+        plots.plot_curve_panels([1, 2], {"a": {"c": [1, 2]}}, xlabel="x", ylabels=["y", "z"])
+
+
+def test_curve_panels_reject_a_curve_whose_length_differs_from_x():
+    with pytest.raises(ValueError, match="'short'"):
+        plots.plot_curve_panels([1, 2], {"a": {"short": [1]}}, xlabel="x", ylabels=["y"])
+
+
+# ---------------------------------------------------------------- plot_plane_vectors
+
+
+def test_plane_vectors_draw_one_numbered_arrow_per_row_on_equal_axes():
+    rows = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    figure = plots.plot_plane_vectors({"q": rows, "k": torch.tensor([[0.5, 0.5]])}, title="pair 0")
+    axis = figure.axes[0]
+    arrows = [child for child in axis.texts if child.get_text() == ""]
+    ends = [tuple(arrow.xy) for arrow in arrows]
+    assert ends == [(1.0, 0.0), (0.0, 1.0), (-1.0, 0.0), (0.5, 0.5)]
+    assert [text.get_text() for text in axis.texts if text.get_text()] == ["0", "1", "2", "0"]
+    assert axis.get_aspect() == 1.0 and axis.get_title() == "pair 0"
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["q", "k"]
+
+
+def test_plane_vectors_reject_a_set_that_is_not_pairs():
+    with pytest.raises(ValueError, match="'bad'"):
+        plots.plot_plane_vectors({"bad": np.zeros((2, 3))})
