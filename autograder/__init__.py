@@ -1,0 +1,46 @@
+"""The course's exercises and the commands around nbgrader: ``python -m autograder release | grade | check``.
+
+``autograder/`` is an nbgrader course directory: ``nbgrader_config.py`` and
+``source/<assignment>/<assignment>.ipynb``, one assignment per chapter. ``source/`` is the only place an
+exercise is written. The modules of this package add what an instructor needs around nbgrader:
+
+- :mod:`autograder.course`: a temporary nbgrader course (nbgrader never writes into this directory) and
+  the environment of the kernels that run notebooks;
+- :mod:`autograder.release`: the student notebooks in ``notebooks/``, generated from ``source/``;
+- :mod:`autograder.submissions`: a class's submissions, from a folder or a zip;
+- :mod:`autograder.sanitize`: what is wrong with a submission, and the notebook that gets graded;
+- :mod:`autograder.grade`: one command from submissions to ``grades.csv`` and feedback, in parallel;
+- :mod:`autograder.feedback`: the feedback pages and the grader's notes on them;
+- :mod:`autograder.check`: a student's self-check with the visible tests;
+- :mod:`autograder.answers`: turning answers into plain values and comparing them, for the hidden tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+COURSE_DIRECTORY = Path(__file__).resolve().parent
+REPOSITORY = COURSE_DIRECTORY.parent
+SOURCE_DIRECTORY = COURSE_DIRECTORY / "source"
+CONFIG_FILE = COURSE_DIRECTORY / "nbgrader_config.py"
+RELEASED_DIRECTORY = REPOSITORY / "notebooks"
+
+# One assignment per chapter, named like the chapter (book/02_sinusoidal.md, notebooks/02_sinusoidal.ipynb).
+ASSIGNMENTS: tuple[str, ...] = (
+    "01_permutation",
+    "02_sinusoidal",
+    "03_learned",
+    "04_relative",
+    "05_rope",
+    "06_comparison",
+)
+
+
+def source_notebook(assignment: str) -> Path:
+    """``autograder/source/<assignment>/<assignment>.ipynb``."""
+    return SOURCE_DIRECTORY / assignment / f"{assignment}.ipynb"
+
+
+def released_notebook(assignment: str) -> Path:
+    """``notebooks/<assignment>.ipynb``."""
+    return RELEASED_DIRECTORY / f"{assignment}.ipynb"

@@ -1,0 +1,111 @@
+"""``python -m autograder release | grade PATH --out DIR | check NOTEBOOK``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    release = commands.add_parser(
+        "release", help="regenerate notebooks/ from autograder/source/ with nbgrader"
+    )
+    release.add_argument(
+        "--out", type=Path, default=RELEASED_DIRECTORY, help="destination (default: notebooks/)"
+    )
+    release.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a notebook differs from a fresh generation",
+    )
+    release.add_argument(
+        "assignments", nargs="*", metavar="ASSIGNMENT", help=f"default: all of {', '.join(ASSIGNMENTS)}"
+    )
+
+    grade = commands.add_parser(
+        "grade", help="grade a folder or zip of <student>/<assignment>/<notebook>.ipynb"
+    )
+    grade.add_argument("path", type=Path, help="folder or zip of submissions")
+    grade.add_argument(
+        "--out", type=Path, required=True, help="folder for grades.csv, items.csv and feedback/"
+    )
+    grade.add_argument(
+        "--jobs", type=_positive_int, default=None, help="parallel workers (default: one per core, at most 8)"
+    )
+    grade.add_argument(
+        "--timeout",
+        type=_positive_int,
+        default=None,
+        help="seconds a cell may run (default: nbgrader_config.py)",
+    )
+
+    check = commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel")
+    check.add_argument("notebook", type=Path)
+    check.add_argument("--timeout", type=_positive_int, default=120, help="seconds a cell may run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    if arguments.command == "release":
+        from autograder.release import release, stale
+
+        assignments = tuple(arguments.assignments) or ASSIGNMENTS
+        unknown = [assignment for assignment in assignments if assignment not in ASSIGNMENTS]
+        if unknown:
+            print(
+                f"unknown assignment {', '.join(unknown)}; known: {', '.join(ASSIGNMENTS)}", file=sys.stderr
+            )
+            return 2
+        if arguments.check:
+            differing = stale(arguments.out, assignments)
+            for assignment in differing:
+                print(f"{arguments.out / assignment}.ipynb differs from a fresh generation", file=sys.stderr)
+            return 1 if differing else 0
+        for path in release(arguments.out, assignments):
+            print(f"wrote {path}")
+        return 0
+    if arguments.command == "grade":
+        from autograder.grade import grade
+
+        def report(result) -> None:
+            status = f" (not graded: {result.reason})" if result.reason else ""
+            print(
+                f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}{status}",
+                flush=True,
+            )
+
+        try:
+            results = grade(
+                arguments.path, arguments.out, jobs=arguments.jobs, timeout=arguments.timeout, report=report
+            )
+        except (FileNotFoundError, ValueError) as error:
+            print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
+            return 2
+        if not results:
+            print(
+                f"no <student>/<assignment>/ folder found in {arguments.path}; see report.txt",
+                file=sys.stderr,
+            )
+        print(f"wrote grades.csv, items.csv, report.txt, feedback/ and logs/ in {arguments.out}")
+        return 0
+    from autograder.check import check
+
+    return check(arguments.notebook, timeout=arguments.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+r"""Answer coercion and comparison for the hidden tests of ``autograder/source``.
+
+A hidden test runs in the same kernel as the student's code, so it never compares a student's object directly:
+an object can override ``__eq__``, ``__sub__``, ``__abs__`` or ``__float__`` and pass any comparison. Every
+answer is first turned into plain Python values (``int``, ``float``, ``str``, ``bool`` and lists of them) by
+functions that look at the *exact* type of the object and call only methods of types they know: the built-in
+scalars and containers, numpy's real scalars and arrays, and torch tensors. Anything else (a subclass of
+``float`` or ``str`` included) is rejected with a message that says what was expected.
+
+The expected values are constants written in the hidden tests; nothing here computes an answer. A check
+raises :class:`AnswerError` (an ``AssertionError``, so nbgrader counts the test as failed) whose message is
+the feedback the student reads: which answer, which entries, and, when the answer matches a known mistake
+(degrees instead of radians, sin and cos swapped, ...), the name of that mistake.
+
+Symbolic answers are strings such as ``"sin(2*10000**(-1/3))"``. ``sympy.parse_expr`` evaluates its input as
+Python code, so it is never called on a student's string: :func:`parse_expression` reads the string with
+``ast`` and builds the sympy expression node by node from a whitelist (numbers, ``+ - * / ** ^``, parentheses,
+``pi``, ``sin``, ``cos``, ``sqrt``, ``Rational``, ``Integer``), with limits on the length, the number of
+nodes,
+the exponents and the size of every intermediate number, so that no string can run code or exhaust memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "AnswerError",
+    "as_bool",
+    "as_choice",
+    "as_integer",
+    "as_nested",
+    "as_number",
+    "as_numbers",
+    "as_table",
+    "as_text",
+    "as_text_set",
+    "call",
+    "check_close",
+    "check_expressions",
+    "parse_expression",
+    "same_value",
+]
+
+
+class AnswerError(AssertionError):
+    """A wrong or malformed answer; the message is the feedback the student reads."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Plain values from the student's objects
+# --------------------------------------------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _numpy_real_scalar_types() -> frozenset[type]:
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return frozenset()
+    names = (
+        "float16",
+        "float32",
+        "float64",
+        "longdouble",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+    )
+    return frozenset(getattr(numpy, name) for name in names if hasattr(numpy, name))
+
+
+def _torch_tensor_types() -> tuple[type, ...]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ()
+    return (torch.Tensor, torch.nn.Parameter)
+
+
+def _numpy_array_type() -> type | None:
+    numpy = sys.modules.get("numpy")
+    return None if numpy is None else numpy.ndarray
+
+
+_ALLOWED_NUMBERS = (
+    "a plain number (int or float), a numpy number, a list or tuple of numbers, "
+    "a numpy array or a torch tensor"
+)
+
+
+def _plain(value: Any, name: str) -> Any:
+    """``value`` as an int, a float or nested lists of them; only exact, known types are read."""
+    kind = type(value)
+    if kind is bool:
+        raise AnswerError(f"{name} is the bool {value}; give a number")
+    if kind is int:
+        return value
+    if kind is float:
+        return value
+    if kind in _numpy_real_scalar_types():
+        return int(value) if value.dtype.kind in "iu" else float(value)
+    if kind is list or kind is tuple:
+        return [_plain(item, f"{name}[{index}]") for index, item in enumerate(value)]
+    if kind is _numpy_array_type():
+        if value.dtype.kind not in "fiu":
+            raise AnswerError(f"{name} is a numpy array of dtype {value.dtype}; give real numbers")
+        return value.tolist()
+    if kind in _torch_tensor_types():
+        if value.is_complex() or value.dtype is sys.modules["torch"].bool:
+            raise AnswerError(f"{name} is a tensor of dtype {value.dtype}; give real numbers")
+        return value.detach().cpu().tolist()
+    raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected {_ALLOWED_NUMBERS}")
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """The shape of nested lists, or raise if they are ragged."""
+    if type(value) is not list:
+        return ()
+    shapes = {_shape(item) for item in value}
+    if len(shapes) > 1:
+        raise AnswerError("the answer is a ragged list (rows of different lengths)")
+    return (len(value), *(shapes.pop() if shapes else ()))
+
+
+def _check_finite(values: Any, name: str) -> None:
+    for item in _flatten(values):
+        if not math.isfinite(item):
+            raise AnswerError(f"{name} contains {item}; every entry must be a finite number")
+
+
+def _flatten(values: Any) -> list[float]:
+    if type(values) is list:
+        return [item for value in values for item in _flatten(value)]
+    return [values]
+
+
+def as_nested(value: Any, name: str, shape: Sequence[int]) -> Any:
+    """``value`` as nested lists of plain numbers with exactly ``shape`` (``()`` for a scalar)."""
+    plain = _plain(value, name)
+    actual = _shape(plain)
+    if actual != tuple(shape):
+        raise AnswerError(f"{name} has shape {actual}, but shape {tuple(shape)} is asked for")
+    _check_finite(plain, name)
+    return plain
+
+
+def as_number(value: Any, name: str) -> float:
+    """A real scalar as a Python float: an int, a float, a numpy number or a 0-d tensor or array."""
+    return float(as_nested(value, name, ()))
+
+
+def as_integer(value: Any, name: str) -> int:
+    """A whole number as a Python int; a float with an integral value (``393216.0``) is accepted."""
+    number = as_nested(value, name, ())
+    if type(number) is float:
+        if not number.is_integer():
+            raise AnswerError(f"{name} is {number}, which is not a whole number")
+        return int(number)
+    return number
+
+
+def as_numbers(value: Any, name: str, length: int) -> list[float]:
+    """A vector of ``length`` real numbers as a list of Python floats."""
+    return [float(item) for item in as_nested(value, name, (length,))]
+
+
+def as_table(value: Any, name: str, shape: tuple[int, int]) -> list[list[float]]:
+    """A matrix of the given shape as a list of rows of Python floats."""
+    return [[float(item) for item in row] for row in as_nested(value, name, shape)]
+
+
+def as_text(value: Any, name: str) -> str:
+    """A string (exactly ``str``, not a subclass), returned as a new plain ``str``."""
+    if type(value) is not str:
+        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected a string (str)")
+    return str.__str__(value)
+
+
+def as_choice(value: Any, name: str, choices: Iterable[str]) -> str:
+    """One of ``choices``, compared after stripping spaces and ignoring case; returns the canonical choice."""
+    text = as_text(value, name).strip()
+    by_key = {choice.lower(): choice for choice in choices}
+    if text.lower() not in by_key:
+        allowed = ", ".join(repr(choice) for choice in by_key.values())
+        raise AnswerError(f"{name} is {text!r}; answer with one of {allowed}")
+    return by_key[text.lower()]
+
+
+def as_text_set(value: Any, name: str, choices: Iterable[str]) -> frozenset[str]:
+    """A set of choices given as a set, frozenset, list or tuple of strings (case and spaces ignored)."""
+    if type(value) not in (set, frozenset, list, tuple):
+        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected a set of strings")
+    choices = tuple(choices)
+    return frozenset(as_choice(item, f"an element of {name}", choices) for item in list(value))
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """``True`` or ``False`` (exactly ``bool``)."""
+    if type(value) is not bool:
+        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected True or False")
+    return value is True
+
+
+def call(function: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Call the student's function; an exception becomes an AnswerError that names the call."""
+    if not callable(function):
+        raise AnswerError(f"{name} is not a function (got an object of type {_type_name(function)})")
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 (the student's code may raise anything; the feedback names it)
+        shown = ", ".join(
+            [*(_short(arg) for arg in args), *(f"{key}={_short(v)}" for key, v in kwargs.items())]
+        )
+        raise AnswerError(f"{name}({shown}) raised {type(error).__name__}: {error}") from None
+
+
+def _short(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None and type(shape) is not int:
+        return f"<{_type_name(value)} of shape {tuple(shape)}>"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --------------------------------------------------------------------------------------------------------
+# Numeric comparison with named mistakes
+# --------------------------------------------------------------------------------------------------------
+
+
+def _all_close(values: list[float], expected: Sequence[float], atol: float) -> bool:
+    return len(values) == len(expected) and all(abs(a - b) <= atol for a, b in zip(values, expected))
+
+
+def check_close(
+    values: Any,
+    expected: Sequence[float],
+    *,
+    atol: float,
+    name: str,
+    mistakes: Iterable[tuple[str, Sequence[float]]] = (),
+) -> None:
+    """Pass if every entry of ``values`` is within ``atol`` of ``expected``; otherwise raise AnswerError.
+
+    ``values`` are plain numbers (from the ``as_*`` functions), flat or nested; ``expected`` and each
+    mistake's values are flat sequences of the same length. When the answer is not right but matches a
+    mistake within ``atol``, the message is that mistake's description; otherwise it names the wrong entries.
+    """
+    flat = [float(value) for value in _flatten(values)] if type(values) is list else [float(values)]
+    expected = [float(value) for value in expected]
+    if len(flat) != len(expected):
+        raise AnswerError(f"{name} has {len(flat)} values, {len(expected)} are asked for")
+    if _all_close(flat, expected, atol):
+        return
+    for description, wrong in mistakes:
+        if _all_close(flat, [float(value) for value in wrong], atol):
+            raise AnswerError(f"{name}: {description}")
+    wrong_entries = [index for index, (a, b) in enumerate(zip(flat, expected)) if abs(a - b) > atol]
+    first = wrong_entries[0]
+    raise AnswerError(
+        f"{name}: {len(wrong_entries)} of {len(flat)} values are wrong (tolerance {atol:g}); the first is "
+        f"entry {first}: got {flat[first]:.6g}, expected {expected[first]:.6g}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Symbolic answers
+# --------------------------------------------------------------------------------------------------------
+
+MAX_EXPRESSION_LENGTH = 200
+MAX_EXPRESSION_NODES = 80
+MAX_EXPONENT = 64
+MAX_DENOMINATOR = 1000
+MAX_DIGITS = 400
+_ALLOWED_SYMBOLS = "numbers, + - * / ** ^, parentheses, pi, sin, cos, sqrt, Rational and Integer"
+
+
+def _sympy():
+    import sympy
+
+    return sympy
+
+
+def _digits(number: Any) -> int:
+    return max(len(str(abs(number.p))), len(str(number.q)))
+
+
+def _bounded(result: Any, text: str, name: str) -> Any:
+    if result.is_Rational and _digits(result) > MAX_DIGITS:
+        raise AnswerError(f"{name}: {text!r} produces a number with more than {MAX_DIGITS} digits")
+    return result
+
+
+def _literal(node: ast.Constant, source: str, text: str, name: str) -> Any:
+    sympy = _sympy()
+    value = node.value
+    if type(value) is int:
+        if len(str(abs(value))) > 30:
+            raise AnswerError(f"{name}: the number {value} in {text!r} is too long")
+        return sympy.Integer(value)
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise AnswerError(f"{name}: {text!r} contains a number that is not finite")
+        # The decimal as written, exactly: 0.909297 stays 909297/1000000 and is not mistaken for sin(2).
+        return sympy.Rational(ast.get_source_segment(source, node))
+    raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+
+
+def _power(base: Any, exponent: Any, text: str, name: str) -> Any:
+    sympy = _sympy()
+    if not exponent.is_number:
+        raise AnswerError(f"{name}: the exponent in {text!r} is not a number")
+    if exponent.is_Rational:
+        if abs(exponent) > MAX_EXPONENT or exponent.q > MAX_DENOMINATOR:
+            raise AnswerError(f"{name}: the exponent {exponent} in {text!r} is too large")
+    elif not abs(sympy.N(exponent, 15)) <= MAX_EXPONENT:
+        raise AnswerError(f"{name}: an exponent in {text!r} is too large")
+    return _bounded(sympy.Pow(base, exponent), text, name)
+
+
+def _call(node: ast.Call, build, text: str, name: str) -> Any:
+    sympy = _sympy()
+    functions = {"sin": sympy.sin, "cos": sympy.cos, "sqrt": sympy.sqrt}
+    if type(node.func) is not ast.Name or node.keywords:
+        raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+    function = node.func.id
+    if function in functions and len(node.args) == 1:
+        return functions[function](build(node.args[0]))
+    if function in ("Rational", "Integer"):
+        arguments = [build(argument) for argument in node.args]
+        if not 1 <= len(arguments) <= (2 if function == "Rational" else 1) or not all(
+            argument.is_Integer for argument in arguments
+        ):
+            raise AnswerError(f"{name}: {function}(...) in {text!r} takes whole numbers only")
+        if function == "Rational" and len(arguments) == 2 and arguments[1] == 0:
+            raise AnswerError(f"{name}: {text!r} divides by zero")
+        return sympy.Rational(*arguments)
+    raise AnswerError(
+        f"{name}: {text!r} calls {function}; only sin, cos, sqrt, Rational and Integer are allowed"
+    )
+
+
+def parse_expression(value: Any, name: str = "expression") -> Any:
+    """Build the sympy expression written in the string ``value``, from a whitelist; never evaluates code.
+
+    ``^`` means a power, as in ``10000^(2/6)``. Decimals are read exactly as written (``0.5`` is 1/2).
+
+    Raises:
+        AnswerError: ``value`` is not a str, is too long, is not a valid expression, uses anything outside
+            the whitelist (names, attributes, indexing, strings, keywords, ...), or produces numbers or
+            exponents beyond the limits of this module.
+    """
+    sympy = _sympy()
+    text = as_text(value, name)
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise AnswerError(
+            f"{name} is {len(text)} characters long; at most {MAX_EXPRESSION_LENGTH} are allowed"
+        )
+    source = text.strip().replace("^", "**")
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError:
+        raise AnswerError(f"{name}: {text!r} is not a valid expression") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_EXPRESSION_NODES:
+        raise AnswerError(f"{name}: {text!r} is too long an expression")
+    operators = {ast.Add: sympy.Add, ast.Mult: sympy.Mul}
+
+    def build(node: ast.AST) -> Any:
+        kind = type(node)
+        if kind is ast.Constant:
+            return _literal(node, source, text, name)
+        if kind is ast.Name and node.id == "pi":
+            return sympy.pi
+        if kind is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+            operand = build(node.operand)
+            return -operand if type(node.op) is ast.USub else operand
+        if kind is ast.BinOp:
+            left, right = build(node.left), build(node.right)
+            operator = type(node.op)
+            if operator in operators:
+                return _bounded(operators[operator](left, right), text, name)
+            if operator is ast.Sub:
+                return _bounded(sympy.Add(left, -right), text, name)
+            if operator is ast.Div:
+                if right == 0:
+                    raise AnswerError(f"{name}: {text!r} divides by zero")
+                return _bounded(sympy.Mul(left, sympy.Pow(right, -1)), text, name)
+            if operator is ast.Pow:
+                return _power(left, right, text, name)
+        if kind is ast.Call:
+            return _call(node, build, text, name)
+        raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+
+    expression = build(tree.body)
+    if expression.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise AnswerError(f"{name}: {text!r} is not a finite number")
+    return expression
+
+
+def same_value(first: Any, second: Any) -> bool:
+    """Whether two constant sympy expressions are equal.
+
+    sympy's simplification decides the cases met here (``sin(2/10000**(1/3))`` against
+    ``sin(2*10**(-4/3))``, ``cos(pi/2 - 2)`` against ``sin(2)``). When it cannot reduce the difference to 0,
+    the difference is evaluated to 60 significant digits and counts as zero below 1e-45: different
+    expressions a student writes differ by far more (a decimal with 6 digits differs by about 1e-7).
+    """
+    sympy = _sympy()
+    difference = first - second
+    if difference == 0 or sympy.simplify(difference) == 0:
+        return True
+    return bool(abs(sympy.N(difference, 60)) < sympy.Float("1e-45", 60))
+
+
+def check_expressions(
+    values: Any,
+    expected: Sequence[str],
+    *,
+    name: str,
+    mistakes: Iterable[tuple[str, Sequence[str]]] = (),
+) -> None:
+    """Pass if ``values`` is a list of strings whose expressions equal the ``expected`` ones, entry by entry.
+
+    ``expected`` and the mistakes are written as strings in the hidden test and read with the same parser.
+    A wrong answer that equals a mistake's expressions gets that mistake's description; otherwise the message
+    names the wrong entries, and says when an entry is only numerically close (a decimal, or a rounded
+    denominator) rather than equal.
+    """
+    sympy = _sympy()
+    if type(values) not in (list, tuple):
+        raise AnswerError(f"{name} is an object of type {_type_name(values)}; expected a list of strings")
+    if len(values) != len(expected):
+        raise AnswerError(f"{name} has {len(values)} entries, {len(expected)} are asked for")
+    answers = [parse_expression(value, f"{name}[{index}]") for index, value in enumerate(list(values))]
+    targets = [parse_expression(text, "expected") for text in expected]
+    wrong = [
+        index
+        for index, (answer, target) in enumerate(zip(answers, targets))
+        if not same_value(answer, target)
+    ]
+    if not wrong:
+        return
+    for description, mistake in mistakes:
+        if all(
+            same_value(answer, parse_expression(text, "mistake")) for answer, text in zip(answers, mistake)
+        ):
+            raise AnswerError(f"{name}: {description}")
+    notes = []
+    for index in wrong:
+        gap = abs(sympy.N(answers[index] - targets[index], 20))
+        if gap < 1e-3:
+            notes.append(
+                f"entry {index} ({values[index]!r}) is numerically close to the right value (it differs by "
+                f"{float(gap):.1e}) but not equal to it: write the exact expression, not a rounded number"
+            )
+        else:
+            notes.append(f"entry {index} ({values[index]!r}) is not equal to the right expression")
+    raise AnswerError(f"{name}: " + "; ".join(notes))

@@ -1,0 +1,138 @@
+"""``python -m autograder check NOTEBOOK``: a student's self-check with the visible tests.
+
+The notebook runs from top to bottom in a fresh kernel (the Python running this command), in its own folder,
+as *Restart & Run All* would. Its test cells are first reset to the released version of the assignment, so an
+accidental edit of a test cannot make the check lie. The visible tests check the form of the answers only;
+the hidden tests that decide the grade are not in a student's notebook.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import nbformat
+
+from autograder import ASSIGNMENTS, released_notebook
+from autograder.course import KERNEL_NAME, kernel_environment_set, write_kernelspec
+from autograder.sanitize import read_notebook
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class CheckedItem:
+    grade_id: str
+    points: float
+    status: str  # "passed", "failed", "written answer"
+    message: str = ""
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def matching_release(notebook: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode | None:
+    """The released notebook of the same assignment: by file name, else the one sharing most grade ids."""
+    ids = {_grade_id(cell) for cell in notebook.cells} - {None}
+    best, best_overlap = None, 0
+    for assignment in ASSIGNMENTS:
+        candidate_path = released_notebook(assignment)
+        if not candidate_path.exists():
+            continue
+        candidate = nbformat.read(candidate_path, as_version=4)
+        if path.stem == assignment:
+            return candidate
+        overlap = len(ids & ({_grade_id(cell) for cell in candidate.cells} - {None}))
+        if overlap > best_overlap:
+            best, best_overlap = candidate, overlap
+    return best
+
+
+def reset_tests(notebook: nbformat.NotebookNode, released: nbformat.NotebookNode) -> list[str]:
+    """Give every test cell its released source; return the grade ids that had been edited."""
+    tests = {
+        _grade_id(cell): cell.source
+        for cell in released.cells
+        if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"
+    }
+    edited = []
+    for cell in notebook.cells:
+        grade_id = _grade_id(cell)
+        if grade_id in tests and cell.source != tests[grade_id]:
+            cell.source = tests[grade_id]
+            edited.append(grade_id)
+    return edited
+
+
+def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: int) -> list[CheckedItem]:
+    """Execute the notebook in a fresh kernel; return the outcome of each graded cell."""
+    from nbclient import NotebookClient
+
+    with tempfile.TemporaryDirectory(prefix="autograder-check-") as jupyter_name:
+        jupyter_directory = Path(jupyter_name)
+        write_kernelspec(jupyter_directory)
+        with kernel_environment_set(jupyter_directory):
+            client = NotebookClient(
+                notebook,
+                timeout=timeout,
+                kernel_name=KERNEL_NAME,
+                allow_errors=True,
+                resources={"metadata": {"path": str(folder)}},
+            )
+            client.execute()
+    items = []
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        points = float(meta.get("points", 0))
+        if cell.cell_type != "code":
+            items.append(CheckedItem(meta["grade_id"], points, "written answer"))
+            continue
+        errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+        if errors:
+            message = _ANSI.sub("", f"{errors[0].get('ename')}: {errors[0].get('evalue')}")
+            items.append(CheckedItem(meta["grade_id"], points, "failed", message))
+        else:
+            items.append(CheckedItem(meta["grade_id"], points, "passed"))
+    return items
+
+
+def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> int:
+    """Run the visible tests of the notebook at ``path`` and print what passes.
+
+    Returns:
+        0 when every visible test passes, 1 when one fails, 2 when the file is not a readable notebook.
+    """
+    import sys
+
+    stream = stream or sys.stdout
+    path = Path(path).resolve()
+    notebook, reason = read_notebook(path) if path.is_file() else (None, "there is no such file")
+    if notebook is None:
+        print(f"{path}: cannot be checked: {reason}", file=stream)
+        return 2
+    released = matching_release(notebook, path)
+    if released is not None:
+        for grade_id in reset_tests(notebook, released):
+            print(
+                f"note: the test cell '{grade_id}' had been edited; the released version was run", file=stream
+            )
+    items = run_visible_tests(notebook, path.parent, timeout)
+    width = max((len(item.grade_id) for item in items), default=10)
+    for item in items:
+        points = f"{item.points:g} point" + ("" if item.points == 1 else "s")
+        line = f"{item.status.upper():>14}  {item.grade_id:<{width}}  ({points})"
+        print(line + (f"  {item.message}" if item.message else ""), file=stream)
+    tested = [item for item in items if item.status != "written answer"]
+    passed = sum(item.status == "passed" for item in tested)
+    print(
+        f"{passed} of {len(tested)} visible tests pass. They check the form of your answers only; "
+        "hidden tests decide the grade. Written answers are graded by an instructor.",
+        file=stream,
+    )
+    return 0 if passed == len(tested) else 1

@@ -1,0 +1,75 @@
+"""Feedback pages: nbgrader's, with the grader's notes on top, and a page for what could not be graded."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_STYLE = (
+    "border:2px solid #b45309;background:#fffbeb;color:#1f2937;padding:0.75em 1.25em;margin:1em auto;"
+    "max-width:60em;font-family:sans-serif"
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One graded cell of a submission."""
+
+    grade_id: str
+    score: float
+    max_score: float
+    status: str  # "passed", "failed", "manual" (waiting for a grader), "not graded"
+    message: str = ""
+
+
+def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> str:
+    """An HTML block listing ``notes``; empty when there are none."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
+    return (
+        f'<div class="autograder-notes" style="{_STYLE}"><h2>{html.escape(title)}</h2><ul>{items}</ul></div>'
+    )
+
+
+def add_notes(page: str, notes: Sequence[str]) -> str:
+    """Insert the notes right after the opening ``<body>`` tag of an nbgrader feedback page."""
+    block = notes_block(notes)
+    if not block:
+        return page
+    match = re.search(r"<body[^>]*>", page)
+    if match is None:
+        return block + page
+    return page[: match.end()] + block + page[match.end() :]
+
+
+def _score(value: float) -> str:
+    return f"{value:g}"
+
+
+def ungraded_page(
+    student: str, assignment: str, reason: str, items: Sequence[Item], notes: Sequence[str]
+) -> str:
+    """A feedback page for a submission that could not be graded: the reason, and a zero for every item."""
+    rows = "".join(
+        f"<tr><td>{html.escape(item.grade_id)}</td>"
+        f"<td>{_score(item.score)} / {_score(item.max_score)}</td></tr>"
+        for item in items
+    )
+    total = sum(item.max_score for item in items)
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<title>{html.escape(assignment)}: feedback for {html.escape(student)}</title></head>"
+        f'<body style="font-family:sans-serif;max-width:60em;margin:2em auto">'
+        f"<h1>{html.escape(assignment)}: feedback for {html.escape(student)}</h1>"
+        f"<p><strong>Score: 0 / {_score(total)}.</strong> This submission could not be graded: "
+        f"{html.escape(reason)}.</p>"
+        f"{notes_block(notes)}"
+        "<p>Submit the notebook file itself (<code>.ipynb</code>), as saved by Jupyter, and check it first "
+        "with "
+        "<code>python -m autograder check NOTEBOOK</code>.</p>"
+        f'<table border="1" cellpadding="4"><tr><th>item</th><th>points</th></tr>{rows}</table>'
+        "</body></html>\n"
+    )

@@ -1,0 +1,465 @@
+"""``python -m autograder grade PATH --out DIR``: a class's submissions to ``grades.csv`` and feedback pages.
+
+PATH is a folder of ``<student>/<assignment>/<notebook>.ipynb`` or a zip of one. For every submission:
+
+1. :mod:`autograder.sanitize` compares it with the released notebook (generated from ``source/`` in a
+   temporary course, never read from ``notebooks/``); a file that cannot be graded gets 0 for every item and
+   a feedback page with the reason;
+2. a worker process grades it with nbgrader (autograde, then generate_feedback) in a course directory of
+   its own, a copy of the template course holding the sources and the gradebook; nbgrader runs the notebook
+   in a fresh kernel with the hidden tests put back;
+3. the scores per item are read from that gradebook, the failure message of each test from the autograded
+   notebook, and the grader's notes are put on top of nbgrader's feedback page.
+
+Workers run in parallel (``--jobs``, by default one per core, at most 8); a failure of one submission, even
+of the grader itself, gives that submission 0 and a reason, and the batch always completes.
+
+Outputs, in DIR (these names only are replaced):
+
+- ``grades.csv``: nbgrader's export columns, one row per student and assignment (0 where a student sent
+  nothing for an assignment that others sent), like ``nbgrader export``;
+- ``items.csv``: one row per item (test cell or written answer) of every submission, with its score, status
+  (``passed``, ``failed``, ``manual``: waiting for an instructor, ``not graded``: the file could not be
+  graded)
+  and message (the test's failure message, or the reason);
+- ``feedback/<student>/<assignment>/<assignment>.html``;
+- ``logs/<student>/<assignment>.log`` (nbgrader's log) and ``report.txt`` (warnings and notes).
+
+Manually graded answers count 0 in ``score`` until an instructor grades them (status ``manual``) but their
+points are part of ``max_score``, as in nbgrader.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import multiprocessing
+import os
+import re
+import shutil
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder import ASSIGNMENTS
+from autograder.course import NbgraderError, TemporaryCourse, kernel_environment, load_config, run_app
+from autograder.feedback import Item, add_notes, ungraded_page
+from autograder.sanitize import Prepared, prepare
+from autograder.submissions import collect, extract_notebooks
+
+EXPORT_COLUMNS = (
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+)
+ITEM_COLUMNS = ("student_id", "assignment", "item", "score", "max_score", "status", "message")
+OUTPUT_NAMES = ("grades.csv", "items.csv", "report.txt", "feedback", "logs")
+MAX_MESSAGE = 600
+NOT_SUBMITTED = "no submission"
+# Each worker runs one kernel at a time (a few hundred MB with torch): more workers than this by request only.
+MAX_DEFAULT_JOBS = 8
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class LayoutItem:
+    """A graded cell of an assignment, as released."""
+
+    grade_id: str
+    points: float
+    cell_type: str
+
+
+@dataclass
+class Result:
+    """The grade of one student for one assignment."""
+
+    student: str
+    assignment: str
+    items: list[Item]
+    notes: list[str] = field(default_factory=list)
+    reason: str | None = None  # why nothing could be graded
+
+    @property
+    def score(self) -> float:
+        return sum(item.score for item in self.items)
+
+    @property
+    def max_score(self) -> float:
+        return sum(item.max_score for item in self.items)
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything a worker needs to grade one submission (picklable)."""
+
+    student: str
+    assignment: str
+    notebook: Path
+    template: Path
+    directory: Path
+    layout: tuple[LayoutItem, ...]
+    notes: tuple[str, ...]
+    feedback: Path
+    log: Path
+    timeout: int | None
+
+
+def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:
+    """The graded cells of a released notebook, in notebook order."""
+    items = []
+    for cell in released.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            items.append(LayoutItem(meta["grade_id"], float(meta.get("points", 0)), cell.cell_type))
+    return tuple(items)
+
+
+def zero_items(layout: tuple[LayoutItem, ...], status: str, message: str = "") -> list[Item]:
+    return [Item(item.grade_id, 0.0, item.points, status, message) for item in layout]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In a worker process
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _init_worker(jupyter_directory: str, log_directory: str) -> None:
+    """Kernels of this worker run this interpreter; its own and its kernels' stderr go to a log file."""
+    os.environ.update(kernel_environment(Path(jupyter_directory)))
+    warnings.filterwarnings("ignore")  # SQLAlchemy's and traitlets' warnings belong to nbgrader, not to us
+    log_file = os.open(
+        Path(log_directory) / f"worker-{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+    os.dup2(log_file, 1)
+    os.dup2(log_file, 2)
+
+
+def _failure_messages(autograded: Path) -> dict[str, str]:
+    """For each test cell of the autograded notebook that raised, ``"Name: message"``."""
+    messages = {}
+    if not autograded.exists():
+        return messages
+    for cell in nbformat.read(autograded, as_version=4).cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        for output in cell.get("outputs", []):
+            if grade_id and output.get("output_type") == "error":
+                text = _ANSI.sub("", f"{output.get('ename', '')}: {output.get('evalue', '')}").strip()
+                messages[grade_id] = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+                break
+    return messages
+
+
+def _items_from_gradebook(course_root: Path, task: Task) -> list[Item]:
+    from nbgrader.api import Gradebook
+
+    messages = _failure_messages(
+        course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    )
+    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
+        submitted = gradebook.find_submission_notebook(task.assignment, task.assignment, task.student)
+        grades = {grade.name: (grade.score, grade.needs_manual_grade) for grade in submitted.grades}
+    items = []
+    for layout_item in task.layout:
+        score, needs_manual_grade = grades.get(layout_item.grade_id, (0.0, False))
+        score = float(score or 0.0)
+        if layout_item.cell_type == "markdown":
+            status = (
+                "manual" if needs_manual_grade else ("passed" if score >= layout_item.points else "failed")
+            )
+            message = "to be graded by an instructor" if needs_manual_grade else ""
+            if not needs_manual_grade and score == 0:
+                message = "no answer was written"
+        else:
+            status = "passed" if score >= layout_item.points else "failed"
+            message = (
+                "" if status == "passed" else messages.get(layout_item.grade_id, "the test did not pass")
+            )
+        items.append(Item(layout_item.grade_id, score, layout_item.points, status, message))
+    return items
+
+
+def _nbgrader_step(app_class, course_root: Path, task: Task, **config_updates) -> str:
+    from nbgrader.coursedir import CourseDirectory
+
+    config = load_config(course_root, timeout=task.timeout)
+    for section, values in config_updates.items():
+        for key, value in values.items():
+            config[section][key] = value
+    course_directory = CourseDirectory(config=config)
+    course_directory.assignment_id = task.assignment
+    course_directory.student_id = task.student
+    app = app_class(coursedir=course_directory, config=config)
+    app.force = True
+    if hasattr(app, "create_student"):
+        app.create_student = True
+    return run_app(app)
+
+
+def _failure_reason(log: str) -> str:
+    """Why nbgrader could not run a notebook, from its log."""
+    if "Kernel died" in log or "DeadKernelError" in log:
+        return "the kernel died while running the notebook (a cell ended Python or ran out of memory)"
+    errors = [
+        line.strip() for line in log.splitlines() if line.startswith("[ERROR]") and "Please see" not in line
+    ]
+    return f"nbgrader could not run the notebook ({errors[-1][8:] if errors else 'see the log'})"
+
+
+def _timeout_notes(log: str) -> list[str]:
+    """A note for every cell that nbgrader interrupted at the time limit."""
+    limits = re.findall(r"Timeout waiting for execute reply \((\d+)s\)", log)
+    return [
+        f"a cell ran longer than {limit} seconds and was interrupted; the cells after it still ran"
+        for limit in limits
+    ]
+
+
+def _write_ungraded(task: Task, reason: str) -> Result:
+    result = Result(
+        task.student, task.assignment, zero_items(task.layout, "not graded", reason), list(task.notes), reason
+    )
+    task.feedback.parent.mkdir(parents=True, exist_ok=True)
+    task.feedback.write_text(ungraded_page(task.student, task.assignment, reason, result.items, result.notes))
+    return result
+
+
+def grade_task(task: Task) -> Result:
+    """Grade one submission in a course directory of its own; never raises."""
+    from nbgrader.converters import Autograde, GenerateFeedback
+
+    course_root = task.directory / "course"
+    log = []
+    try:
+        shutil.copytree(task.template / "source" / task.assignment, course_root / "source" / task.assignment)
+        shutil.copy2(task.template / "gradebook.db", course_root / "gradebook.db")
+        submitted = course_root / "submitted" / task.student / task.assignment
+        submitted.mkdir(parents=True)
+        shutil.copy2(task.notebook, submitted / task.notebook.name)
+        try:
+            log.append(_nbgrader_step(Autograde, course_root, task))
+        except NbgraderError as error:
+            log.append(str(error))
+            return _write_ungraded(task, _failure_reason(str(error)))
+        notes = [*task.notes, *_timeout_notes(log[-1])]
+        items = _items_from_gradebook(course_root, task)
+        log.append(
+            _nbgrader_step(GenerateFeedback, course_root, task, HTMLExporter={"template_name": "feedback"})
+        )
+        page = (
+            course_root
+            / "feedback"
+            / task.student
+            / task.assignment
+            / task.notebook.with_suffix(".html").name
+        )
+        task.feedback.parent.mkdir(parents=True, exist_ok=True)
+        task.feedback.write_text(add_notes(page.read_text(), notes))
+        return Result(task.student, task.assignment, items, notes)
+    except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
+        log.append(traceback.format_exc())
+        return _write_ungraded(task, "the grader failed on this submission (see its log)")
+    finally:
+        task.log.parent.mkdir(parents=True, exist_ok=True)
+        task.log.write_text("\n".join(log))
+        shutil.rmtree(task.directory, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In the main process
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _clear_outputs(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUT_NAMES:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
+    if path.is_dir():
+        return path, []
+    if path.is_file():
+        root = work / "unzipped"
+        root.mkdir()
+        return root, extract_notebooks(path, root)
+    raise FileNotFoundError(f"{path} is neither a folder nor a zip file")
+
+
+def _run_tasks(
+    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, report: Callable[[Result], None]
+) -> list[Result]:
+    results = []
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(str(jupyter_directory), str(worker_logs)),
+    ) as pool:
+        futures = {pool.submit(grade_task, task): task for task in tasks}
+        for future in concurrent.futures.as_completed(futures):
+            task = futures[future]
+            try:
+                result = future.result()
+            except Exception as error:  # noqa: BLE001 (the worker process itself died)
+                result = _write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})")
+            report(result)
+            results.append(result)
+    return results
+
+
+def _export_row(result: Result) -> dict[str, str]:
+    """The row of ``nbgrader export`` for one result (no names, due dates or late penalties here)."""
+    score = str(float(result.score))
+    row = dict.fromkeys(EXPORT_COLUMNS, "")
+    row.update(
+        assignment=result.assignment,
+        student_id=result.student,
+        raw_score=score,
+        late_submission_penalty="0.0",
+        score=score,
+        max_score=str(float(result.max_score)),
+    )
+    return row
+
+
+def _write_csvs(results: list[Result], out: Path) -> None:
+    with open(out / "grades.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, EXPORT_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(_export_row(result) for result in results)
+    with open(out / "items.csv", "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(ITEM_COLUMNS)
+        for result in results:
+            if result.reason == NOT_SUBMITTED:
+                continue
+            for item in result.items:
+                scores = (str(float(item.score)), str(float(item.max_score)))
+                writer.writerow(
+                    [result.student, result.assignment, item.grade_id, *scores, item.status, item.message]
+                )
+
+
+def _write_report(results: list[Result], warnings_found: list[str], out: Path) -> None:
+    lines = ["Warnings:", *(f"- {warning}" for warning in warnings_found)] if warnings_found else []
+    for result in results:
+        header = f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}"
+        lines.append(header + (f" (not graded: {result.reason})" if result.reason else ""))
+        lines += [f"  note: {note}" for note in result.notes]
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+
+
+def grade(
+    path: Path,
+    out: Path,
+    *,
+    jobs: int | None = None,
+    timeout: int | None = None,
+    report: Callable[[Result], None] | None = None,
+) -> list[Result]:
+    """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
+
+    Args:
+        path: a folder of ``<student>/<assignment>/<notebook>.ipynb``, or a zip of one.
+        out: the output folder (created if needed).
+        jobs: parallel workers, >= 1; default one per core, at most 8 (and at most one per submission).
+        timeout: seconds a cell may run before it is interrupted; default from ``nbgrader_config.py``.
+        report: called with each result as soon as it is ready.
+
+    Returns:
+        One result per student and assignment, sorted by assignment then student.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: ``path`` is a file that is not a zip, or a zip beyond the size limits; ``jobs`` < 1.
+    """
+    path, out = Path(path).resolve(), Path(out).resolve()
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    report = report or (lambda result: None)
+    _clear_outputs(out)
+    with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
+        work = Path(work_name)
+        root, warnings_found = _submission_root(path, work)
+        collection = collect(root, ASSIGNMENTS)
+        warnings_found += collection.warnings
+        assignments = sorted({submission.assignment for submission in collection.submissions})
+        course = TemporaryCourse(work / "template", assignments)
+        released = {
+            assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
+        }
+        layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
+        results, tasks = [], []
+        for index, submission in enumerate(collection.submissions):
+            if submission.path is None:
+                prepared = Prepared(None, "the folder holds no notebook")
+            else:
+                prepared = prepare(submission.path, released[submission.assignment])
+            task = Task(
+                student=submission.student,
+                assignment=submission.assignment,
+                notebook=work / "prepared" / str(index) / f"{submission.assignment}.ipynb",
+                template=course.directory,
+                directory=work / "tasks" / str(index),
+                layout=layouts[submission.assignment],
+                notes=(*submission.notes, *prepared.notes),
+                feedback=out
+                / "feedback"
+                / submission.student
+                / submission.assignment
+                / f"{submission.assignment}.html",
+                log=out / "logs" / submission.student / f"{submission.assignment}.log",
+                timeout=timeout,
+            )
+            if prepared.notebook is None:
+                result = _write_ungraded(task, prepared.reason or "unknown")
+                report(result)
+                results.append(result)
+            else:
+                task.notebook.parent.mkdir(parents=True)
+                nbformat.write(prepared.notebook, task.notebook)
+                tasks.append(task)
+        if tasks:
+            worker_logs = out / "logs"
+            worker_logs.mkdir(parents=True, exist_ok=True)
+            workers = min(jobs or min(os.cpu_count() or 1, MAX_DEFAULT_JOBS), len(tasks))
+            results += _run_tasks(tasks, workers, course.jupyter_directory, worker_logs, report)
+    students = sorted({result.student for result in results})
+    graded = {(result.student, result.assignment) for result in results}
+    for assignment in assignments:
+        for student in students:
+            if (student, assignment) not in graded:
+                results.append(
+                    Result(
+                        student,
+                        assignment,
+                        zero_items(layouts[assignment], "not submitted"),
+                        [],
+                        NOT_SUBMITTED,
+                    )
+                )
+    results.sort(key=lambda result: (result.assignment, result.student))
+    _write_csvs(results, out)
+    _write_report(results, warnings_found, out)
+    return results

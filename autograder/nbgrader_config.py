@@ -1,0 +1,21 @@
+"""nbgrader's configuration of the course, read by ``python -m autograder`` (and by nbgrader run here).
+
+``python -m autograder`` copies the course into a temporary directory for every run and sets the course root
+there; nbgrader never writes into ``autograder/``.
+"""
+
+c = get_config()  # noqa: F821 (nbgrader provides get_config when it reads this file)
+
+c.CourseDirectory.course_id = "posenc"
+
+# What a student sees in place of a solution.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A cell that runs longer than this many seconds is interrupted and counts as failed; the rest of the
+# notebook still runs. `python -m autograder grade --timeout S` overrides it.
+c.Execute.timeout = 120
+
+# Keep feedback pages readable when a student prints a lot.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 60

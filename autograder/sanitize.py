@@ -1,0 +1,196 @@
+"""What is wrong with a submission, and the notebook that gets graded.
+
+nbgrader restores the content of read-only cells, the points and the kernelspec from its gradebook, but it
+cannot grade a file that is not a notebook, and a deleted test cell would simply not run. Before grading,
+each submission is compared with the released notebook of its assignment:
+
+- a file that is not UTF-8 JSON, or not a valid notebook, cannot be graded: every item gets 0 and the
+  feedback gives the reason;
+- a deleted cell of the release (an instruction, an answer or a test cell, recognised by its nbgrader
+  ``grade_id``) is put back after the cell that precedes it in the release: a restored test cell runs as
+  usual, a restored answer cell holds the empty stub, so its item gets 0;
+- an edited read-only cell, a duplicated ``grade_id`` and a kernel other than Python 3 are noted (nbgrader
+  restores the first, ignores the second, replaces the third);
+- code that names the grader's helpers or the interpreter's module table (``autograder``, ``sys.modules``,
+  ``builtins``) is noted for an instructor to read: the hidden tests run in the student's kernel, so such code
+  could try to change how they judge.
+
+Every finding becomes a note on the student's feedback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat import NotebookNode
+
+MAX_NOTEBOOK_BYTES = 50 * 1024**2
+
+
+@dataclass
+class Prepared:
+    """The notebook to grade (None when it cannot be graded), the reason if so, and the notes."""
+
+    notebook: NotebookNode | None
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _nbgrader(cell: Any) -> dict:
+    metadata = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    value = metadata.get("nbgrader", {}) if isinstance(metadata, dict) else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _grade_id(cell: Any) -> str | None:
+    grade_id = _nbgrader(cell).get("grade_id")
+    return grade_id if isinstance(grade_id, str) else None
+
+
+def describe(cell: NotebookNode) -> str:
+    """How a cell of the release is named in a note: its role and its grade_id."""
+    meta = _nbgrader(cell)
+    if meta.get("grade") and meta.get("solution"):
+        role = "the written answer"
+    elif meta.get("grade"):
+        role = "the test cell"
+    elif meta.get("solution"):
+        role = "the answer cell"
+    else:
+        role = "the read-only cell"
+    return f"{role} '{meta.get('grade_id')}'"
+
+
+def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
+    """The notebook in ``path`` as nbformat 4, or None and the reason it cannot be read."""
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return (
+            None,
+            f"the file is {size} bytes; notebooks larger than {MAX_NOTEBOOK_BYTES} bytes are not graded",
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        return None, f"the file is not UTF-8 text ({error.reason} at byte {error.start})"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"the file is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})"
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception as error:  # noqa: BLE001 (nbformat raises many types for JSON that is no notebook)
+        return None, f"the file is JSON but not a Jupyter notebook ({type(error).__name__}: {error})"
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as error:
+        return None, f"the file is not a valid Jupyter notebook: {error.message}"
+    return notebook, None
+
+
+def _ensure_cell_ids(notebook: NotebookNode) -> None:
+    """nbformat 4.5 cell ids on every cell, unique, so that restored cells (which carry ids) validate."""
+    notebook.nbformat_minor = max(notebook.nbformat_minor, 5)
+    seen: set[str] = set()
+    for index, cell in enumerate(notebook.cells):
+        cell_id = cell.get("id")
+        if not isinstance(cell_id, str) or cell_id in seen:
+            cell_id = f"cell-{index}"
+            while cell_id in seen:
+                cell_id += "-1"
+            cell["id"] = cell_id
+        seen.add(cell_id)
+
+
+def _drop_duplicate_ids(notebook: NotebookNode, notes: list[str]) -> None:
+    seen: set[str] = set()
+    for cell in notebook.cells:
+        grade_id = _grade_id(cell)
+        if grade_id is None:
+            continue
+        if grade_id in seen:
+            del cell.metadata["nbgrader"]
+            notes.append(f"a copy of the cell '{grade_id}' was found; only the first copy was graded")
+        seen.add(grade_id)
+
+
+def _note_kernel(notebook: NotebookNode, notes: list[str]) -> None:
+    kernelspec = notebook.metadata.get("kernelspec", {})
+    name = kernelspec.get("name") if isinstance(kernelspec, dict) else None
+    if name != "python3":
+        notes.append(f"the notebook asked for the kernel {name!r}; it was run with Python 3 as released")
+
+
+def _restore_missing_cells(notebook: NotebookNode, released: NotebookNode, notes: list[str]) -> None:
+    present = {_grade_id(cell) for cell in notebook.cells} - {None}
+    for released_index, released_cell in enumerate(released.cells):
+        grade_id = _grade_id(released_cell)
+        if grade_id is None or grade_id in present:
+            continue
+        position = 0
+        for previous in reversed(released.cells[:released_index]):
+            previous_id = _grade_id(previous)
+            if previous_id in present:
+                position = 1 + next(
+                    i for i, cell in enumerate(notebook.cells) if _grade_id(cell) == previous_id
+                )
+                break
+        restored = nbformat.from_dict(json.loads(json.dumps(released_cell)))
+        restored["id"] = f"restored-{grade_id}"
+        notebook.cells.insert(position, restored)
+        present.add(grade_id)
+        meta = _nbgrader(released_cell)
+        consequence = " (the stub counts as no answer)" if meta.get("solution") else ""
+        notes.append(f"{describe(released_cell)} was missing; it was restored from the release{consequence}")
+
+
+def _note_edited_read_only_cells(notebook: NotebookNode, released: NotebookNode, notes: list[str]) -> None:
+    locked = {
+        _grade_id(cell): cell for cell in released.cells if _nbgrader(cell).get("locked") and _grade_id(cell)
+    }
+    for cell in notebook.cells:
+        original = locked.get(_grade_id(cell))
+        if original is not None and cell.get("source") != original.source:
+            notes.append(f"{describe(original)} was edited; the original was used for grading")
+
+
+SUSPICIOUS_NAMES = ("autograder", "sys.modules", "builtins", "__builtins__")
+
+
+def _note_suspicious_code(notebook: NotebookNode, notes: list[str]) -> None:
+    for index, cell in enumerate(notebook.cells):
+        if cell.get("cell_type") != "code" or _nbgrader(cell).get("locked"):
+            continue
+        names = [name for name in SUSPICIOUS_NAMES if name in cell.get("source", "")]
+        if names:
+            where = f"'{_grade_id(cell)}'" if _grade_id(cell) else f"number {index}"
+            notes.append(
+                f"the code of cell {where} mentions {', '.join(names)}: an instructor should read it"
+            )
+
+
+def prepare(path: Path, released: NotebookNode) -> Prepared:
+    """Read a submission and make it gradable against its released notebook; see the module docstring."""
+    notebook, reason = read_notebook(path)
+    if notebook is None:
+        return Prepared(None, reason)
+    notes: list[str] = []
+    if not any(_grade_id(cell) for cell in notebook.cells):
+        notes.append(
+            "no cell of the notebook carries nbgrader's metadata (was it copied into a new notebook?)"
+        )
+    _ensure_cell_ids(notebook)
+    _drop_duplicate_ids(notebook, notes)
+    _note_kernel(notebook, notes)
+    _note_edited_read_only_cells(notebook, released, notes)
+    _note_suspicious_code(notebook, notes)
+    _restore_missing_cells(notebook, released, notes)
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as error:  # a restored cell or a repaired id did not fit the notebook
+        return Prepared(None, f"the notebook could not be repaired for grading: {error.message}", notes)
+    return Prepared(notebook, None, notes)

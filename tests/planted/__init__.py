@@ -1,0 +1,383 @@
+"""Planted submissions: a class of made-up students whose grades are known in advance.
+
+Every submission starts from the released notebook in ``notebooks/`` (what a student receives) and fills its
+answer cells: with the solutions of ``autograder/source`` (the ``full`` student), with nothing (``blank``), or
+with the solutions except for the answers listed below, which carry one named mistake each. The ``cheat``
+student answers with objects that override comparison and arithmetic; the ``broken`` student sends files
+that are not notebooks, an empty folder, a notebook with deleted cells and another kernel, a notebook that
+kills its kernel and one that never stops. The expected grades are constants in the tests that use this class.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def source(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def released(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "notebooks" / f"{assignment}.ipynb", as_version=4)
+
+
+def grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def solutions(assignment: str) -> dict[str, str]:
+    """The source's answer for every answer cell, markers removed; a written answer keeps its model answer."""
+    answers = {}
+    for cell in source(assignment).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        lines = [line for line in cell.source.splitlines() if line.strip() not in SOLUTION_MARKERS]
+        text = "\n".join(lines)
+        if cell.cell_type == "markdown":
+            text = text.split("**Mark scheme")[0].replace("**Model answer.**", "").strip()
+        answers[meta["grade_id"]] = text
+    return answers
+
+
+def filled(assignment: str, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """The released notebook with the given answer cells replaced."""
+    notebook = copy.deepcopy(released(assignment))
+    for cell in notebook.cells:
+        if grade_id(cell) in answers:
+            cell.source = answers[grade_id(cell)]
+    unknown = set(answers) - {grade_id(cell) for cell in notebook.cells}
+    assert not unknown, f"no answer cells {unknown} in {assignment}"
+    return notebook
+
+
+def with_mistakes(assignment: str, mistakes: dict[str, str]) -> nbformat.NotebookNode:
+    return filled(assignment, {**solutions(assignment), **mistakes})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The mistakes the issue names: degrees, a doubled exponent, sin and cos swapped, the halves layout
+# ---------------------------------------------------------------------------------------------------------
+
+TABLE_VARIANT = """
+def sinusoidal_table(length, d, base=10000.0):
+    pair_index = torch.arange(d // 2, dtype=torch.float64)
+    inv_freq = base ** (-{exponent} * pair_index / d)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None, :]{degrees}
+    sines, cosines = torch.sin(angles), torch.cos(angles){swap}
+    {layout}
+    return table.float()
+"""
+INTERLEAVED = "table = torch.stack((sines, cosines), dim=-1).flatten(-2)"
+HALVES = "table = torch.cat((sines, cosines), dim=-1)"
+
+
+def table_variant(
+    *, exponent: int = 2, degrees: bool = False, swap: bool = False, halves: bool = False
+) -> str:
+    return TABLE_VARIANT.format(
+        exponent=exponent,
+        degrees="\n    angles = torch.deg2rad(angles)" if degrees else "",
+        swap="\n    sines, cosines = cosines, sines" if swap else "",
+        layout=HALVES if halves else INTERLEAVED,
+    ).strip("\n")
+
+
+ROPE_VARIANT = """
+def rope_rotate(x, positions, base=10000.0):
+    d = x.shape[-1]
+    inv_freq = base ** (-{exponent} * torch.arange(d // 2, dtype=torch.float64) / d)
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]{degrees}
+    cos, sin = torch.cos(angles), torch.sin(angles){swap}
+    first, second = {pairs}
+    out = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    {layout}
+"""
+
+
+def rope_variant(
+    *, exponent: int = 2, degrees: bool = False, swap: bool = False, halves: bool = False
+) -> str:
+    interleave = "return torch.stack((out[:, : d // 2], out[:, d // 2 :]), dim=-1).flatten(-2).to(x.dtype)"
+    return ROPE_VARIANT.format(
+        exponent=exponent,
+        degrees="\n    angles = torch.deg2rad(angles)" if degrees else "",
+        swap="\n    cos, sin = sin, cos" if swap else "",
+        pairs="x[:, : d // 2].double(), x[:, d // 2 :].double()"
+        if halves
+        else "x[:, 0::2].double(), x[:, 1::2].double()",
+        layout="return out.to(x.dtype)" if halves else interleave,
+    ).strip("\n")
+
+
+D6_DEGREES = (
+    '["sin(2*pi/180)", "cos(2*pi/180)", "sin(pi/90/10000^(1/3))", "cos(pi/90/10000^(1/3))", '
+    '"sin(pi/90*10^(-8/3))", "cos(pi/90*10^(-8/3))"]'
+)
+D6_DOUBLED = (
+    '["sin(2)", "cos(2)", "sin(2/10000^(4/6))", "cos(2/10000^(4/6))", "sin(2/10000^(8/6))", '
+    '"cos(2/10000^(8/6))"]'
+)
+D6_SWAPPED = (
+    '["cos(2)", "sin(2)", "cos(2/10000^(1/3))", "sin(2/10000^(1/3))", "cos(2/10000^(2/3))", '
+    '"sin(2/10000^(2/3))"]'
+)
+D6_HALVES = (
+    '["sin(2)", "sin(2/10000^(1/3))", "sin(2/10000^(2/3))", "cos(2)", "cos(2/10000^(1/3))", '
+    '"cos(2/10000^(2/3))"]'
+)
+
+NAMED_MISTAKES = {
+    "degrees": {
+        "02_sinusoidal": {
+            "pe_d4_p1_answer": "pe_d4_p1 = [0.02, 1.0, 0.0, 1.0]  # sin(1 degree), cos(1 degree), ...",
+            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_DEGREES}",
+            "table_answer": table_variant(degrees=True),
+        },
+        "05_rope": {"rope_answer": rope_variant(degrees=True)},
+    },
+    "doubled": {
+        "02_sinusoidal": {
+            "pe_d4_p1_answer": "pe_d4_p1 = [0.84, 0.54, 0.0, 1.0]",
+            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_DOUBLED}",
+            "table_answer": table_variant(exponent=4),
+        },
+        "05_rope": {"rope_answer": rope_variant(exponent=4)},
+    },
+    "swapped": {
+        "02_sinusoidal": {
+            "pe_d4_p0_answer": "pe_d4_p0 = [1, 0, 1, 0]",
+            "pe_d4_p1_answer": "pe_d4_p1 = [0.54, 0.84, 1.0, 0.01]",
+            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_SWAPPED}",
+            "table_answer": table_variant(swap=True),
+        },
+        "05_rope": {"rope_answer": rope_variant(swap=True)},
+    },
+    "halves": {
+        "02_sinusoidal": {
+            "pe_d4_p0_answer": "pe_d4_p0 = [0, 0, 1, 1]",
+            "pe_d4_p1_answer": "pe_d4_p1 = [0.84, 0.01, 0.54, 1.0]",
+            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_HALVES}",
+            "table_answer": table_variant(halves=True),
+        },
+        "05_rope": {"rope_answer": rope_variant(halves=True)},
+    },
+}
+
+# One typical mistake in each of several items of the other chapters.
+OTHER_MISTAKES = {
+    "01_permutation": {
+        "attention_answer": """
+def self_attention(x, w_query, w_key, w_value, causal=False):
+    scores = (x @ w_query) @ (x @ w_key).T  # not divided by sqrt(d_k)
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(diagonal=1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ (x @ w_value)
+""",
+        "equivariance_answer": """
+def equivariance_error(layer, x, permutation):
+    return (layer(x[permutation]) - layer(x)).abs().max().item()
+""",
+        "conclusions_answer": "bidirectional_is_equivariant = True\ncausal_is_equivariant = True",
+        "maps_answer": 'equivariant_maps = {"a", "b"}',
+        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "C"',
+    },
+    "03_learned": {
+        "learned_answer": """
+class LearnedPositions(nn.Module):
+    def __init__(self, max_len, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
+
+    def forward(self, x):
+        rows = self.weight[torch.arange(x.shape[1])]  # IndexError beyond max_len
+        return x + rows
+""",
+        "bert_answer": "bert_position_parameters = 2 * 512 * 768",
+        "gradient_answer": "rows_without_gradient = 64\nfraction_reaching_row_48 = 17 / 64",
+    },
+    "04_relative": {
+        "bias_answer": """
+scores = [0.2 - 0.5, 0.2, 0.2 + 0.5]
+total = sum(math.exp(score) for score in scores)
+relative_bias_weights = [math.exp(score) / total for score in scores]
+""",
+        "bucket_answer": """
+def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    n, start = num_buckets, 0
+    if bidirectional:
+        n //= 2
+        start = n if relative_position < 0 else 0  # the halves the wrong way round
+        distance = abs(relative_position)
+    else:
+        distance = max(-relative_position, 0)
+    max_exact = n // 2
+    if distance < max_exact:
+        return start + distance
+    scaled = math.log(distance / max_exact) / math.log(max_distance / max_exact) * (n - max_exact)
+    return start + min(n - 1, max_exact + int(scaled))
+""",
+        "alibi_answer": """
+def alibi_slopes(num_heads):
+    return [2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)]
+""",
+        "quiz_absolute_relative_answer": 'quiz_absolute_relative = "C"',
+    },
+    "05_rope": {
+        "relative_answer": """
+def relative_gap(rotate, q, k, m, n, shift):
+    def score(query_position, key_position):
+        rotated_q = rotate(q[None, :], torch.tensor([query_position]))[0]
+        rotated_k = rotate(k[None, :], torch.tensor([key_position]))[0]
+        return (rotated_q * rotated_k).sum().item()
+
+    return score(m, n) - score(m + shift, n + shift)
+""",
+        "layouts_answer": """
+def half_to_interleaved(x):
+    d = x.shape[-1]
+    return x[..., torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))]
+
+
+def interleaved_to_half(x):
+    d = x.shape[-1]
+    return torch.stack((x[..., : d // 2], x[..., d // 2 :]), dim=-1).flatten(-2)
+""",
+        "quiz_long_sequences_answer": 'quiz_long_sequences = "A"',
+    },
+    "06_comparison": {
+        "choice_long_decoder_answer": 'choice_long_decoder = "rope"',
+        "parameters_answer": """
+position_parameters = {"none": 0, "sinusoidal": 0, "learned": 8192, "shaw": 264, "t5": 256,
+                       "alibi": 0, "rope": 0}
+""",
+    },
+}
+
+# Objects that claim to equal anything: none of them may earn a point.
+CHEAT_PRELUDE = """
+class AlwaysEqual(float):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __lt__(self, other): return True
+    def __le__(self, other): return True
+    def __gt__(self, other): return False
+    def __ge__(self, other): return True
+    def __sub__(self, other): return AlwaysEqual(0.0)
+    def __rsub__(self, other): return AlwaysEqual(0.0)
+    def __abs__(self): return AlwaysEqual(0.0)
+    def __float__(self): return 0.0
+    __hash__ = float.__hash__
+
+
+class AnyText(str):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def strip(self, *args): return self
+    def upper(self): return self
+    def lower(self): return self
+    __hash__ = str.__hash__
+
+
+class AnyInt(int):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = int.__hash__
+
+
+class AnyList(list):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+"""
+
+CHEATS = {
+    "02_sinusoidal": {
+        "pe_d4_p0_answer": CHEAT_PRELUDE + "\npe_d4_p0 = [AlwaysEqual(0.5)] * 4",
+        "pe_d4_p1_answer": "pe_d4_p1 = [AlwaysEqual(0.5)] * 4",
+        "pe_d6_p2_answer": 'pe_d6_p2 = [AnyText("sin(1)")] * 6',
+        "table_answer": """
+class AgreeableTensor(torch.Tensor):
+    def __eq__(self, other): return True
+    def __sub__(self, other): return torch.zeros(self.shape)
+    def tolist(self): return [[0.0] * self.shape[1]] * self.shape[0]
+
+
+def sinusoidal_table(length, d, base=10000.0):
+    return torch.zeros(length, d).as_subclass(AgreeableTensor)
+""",
+        "quiz_formula_answer": 'quiz_formula = AnyText("A")',
+        "quiz_frequencies_answer": 'quiz_frequencies = AnyText("A")',
+        "quiz_combining_answer": 'quiz_combining = AnyText("B")',
+    },
+    "04_relative": {
+        "bias_answer": CHEAT_PRELUDE + "\nrelative_bias_weights = [AlwaysEqual(0.3)] * 3",
+        "bucket_answer": """
+def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    return AnyInt(0)
+""",
+        "alibi_answer": """
+def alibi_slopes(num_heads):
+    return AnyList([0.5] * num_heads)
+""",
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The class
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _write(notebook: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+
+
+def _broken(root: Path) -> None:
+    folder = root / "broken"
+    # A cell that never stops, in the first assignment so that its wait overlaps the other notebooks.
+    notebook = with_mistakes("01_permutation", {"maps_answer": "while True:\n    pass"})
+    _write(notebook, folder / "01_permutation" / "01_permutation.ipynb")
+    (folder / "02_sinusoidal").mkdir()  # a folder without a notebook
+    (folder / "03_learned" / "03_learned.ipynb").parent.mkdir()
+    (folder / "03_learned" / "03_learned.ipynb").write_text('{"cells": "none", "metadata": {}}')
+
+    notebook = filled("04_relative", solutions("04_relative"))
+    notebook.cells = [cell for cell in notebook.cells if grade_id(cell) not in ("bias_test", "alibi_answer")]
+    notebook.metadata["kernelspec"] = {"name": "ir", "display_name": "R", "language": "R"}
+    for cell in notebook.cells:
+        if grade_id(cell) == "quiz_intro":
+            cell.source += "\n\n(I edited this cell.)"
+    _write(notebook, folder / "04_relative" / "04_relative.ipynb")
+
+    notebook = with_mistakes("05_rope", {"relative_answer": "import os\nos._exit(1)"})
+    _write(notebook, folder / "05_rope" / "05_rope.ipynb")
+    cut = nbformat.writes(filled("06_comparison", solutions("06_comparison")))[:5000]  # JSON cut short
+    (folder / "06_comparison").mkdir()
+    (folder / "06_comparison" / "06_comparison.ipynb").write_text(cut)
+
+
+def build_class(root: Path) -> None:
+    """Write the planted class under ``root`` as ``<student>/<assignment>/<notebook>.ipynb``."""
+    for assignment in ASSIGNMENTS:
+        _write(filled(assignment, solutions(assignment)), root / "full" / assignment / f"{assignment}.ipynb")
+        _write(released(assignment), root / "blank" / assignment / f"{assignment}.ipynb")
+    for student, by_assignment in NAMED_MISTAKES.items():
+        for assignment, mistakes in by_assignment.items():
+            _write(with_mistakes(assignment, mistakes), root / student / assignment / f"{assignment}.ipynb")
+    # A notebook saved under another name is graded in place of the expected one.
+    (root / "degrees" / "02_sinusoidal" / "02_sinusoidal.ipynb").rename(
+        root / "degrees" / "02_sinusoidal" / "02_sinusoidal-Copy1.ipynb"
+    )
+    for assignment, mistakes in OTHER_MISTAKES.items():
+        _write(with_mistakes(assignment, mistakes), root / "mistakes" / assignment / f"{assignment}.ipynb")
+    for assignment, cheats in CHEATS.items():
+        _write(with_mistakes(assignment, cheats), root / "cheat" / assignment / f"{assignment}.ipynb")
+    _broken(root)

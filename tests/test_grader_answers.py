@@ -1,0 +1,342 @@
+"""Tests for autograder.answers: answers become plain values, and nothing that overrides comparison passes.
+
+The hidden tests of the course call these functions on whatever a student's notebook holds; the expected
+values here are written by hand (or are exact identities of sympy), never computed by the module under test.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from autograder.answers import (
+    AnswerError,
+    as_bool,
+    as_choice,
+    as_integer,
+    as_nested,
+    as_number,
+    as_numbers,
+    as_table,
+    as_text,
+    as_text_set,
+    call,
+    check_close,
+    check_expressions,
+    parse_expression,
+    same_value,
+)
+
+
+class AlwaysEqual(float):
+    """A float that claims to equal, and to be close to, anything."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __sub__(self, other):
+        return AlwaysEqual(0.0)
+
+    __rsub__ = __sub__
+
+    def __abs__(self):
+        return AlwaysEqual(0.0)
+
+    def __le__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+class FloatLike:
+    """Not a number at all, but convertible to one."""
+
+    def __float__(self):
+        return 0.5
+
+    def __eq__(self, other):
+        return True
+
+
+class AnyText(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+class AnyList(list):
+    def __eq__(self, other):
+        return True
+
+
+class AgreeableTensor(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (3, 3.0),
+        (0.25, 0.25),
+        (np.float32(0.5), 0.5),
+        (np.int64(7), 7.0),
+        (torch.tensor(1.5), 1.5),
+        (np.array(2.0), 2.0),
+        (torch.tensor(4, dtype=torch.int32), 4.0),
+    ],
+)
+def test_as_number_turns_every_real_scalar_type_into_a_plain_float(value, expected):
+    result = as_number(value, "x")
+    assert type(result) is float and result == expected
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        (True, "bool"),
+        ("0.5", "object of type str"),
+        (AlwaysEqual(0.5), "AlwaysEqual"),
+        (FloatLike(), "FloatLike"),
+        (1 + 2j, "complex"),
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        (torch.tensor([1.0, 2.0]), "shape"),
+        (torch.tensor(True), "dtype torch.bool"),
+        (None, "NoneType"),
+    ],
+)
+def test_as_number_rejects_everything_else_with_a_message_naming_the_answer(value, fragment):
+    with pytest.raises(AnswerError, match="answer_x") as error:
+        as_number(value, "answer_x")
+    assert fragment in str(error.value)
+
+
+def test_a_float_subclass_that_equals_everything_cannot_pass_check_close():
+    with pytest.raises(AnswerError, match="AlwaysEqual"):
+        check_close(
+            as_numbers([AlwaysEqual(0.0)] * 3, "weights", 3), [0.5, 0.3, 0.2], atol=1e-3, name="weights"
+        )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[0.5, 1, np.float64(2.0)], (0.5, 1, 2.0), np.array([0.5, 1.0, 2.0]), torch.tensor([0.5, 1.0, 2.0])],
+)
+def test_as_numbers_reads_lists_tuples_arrays_and_tensors(value):
+    assert as_numbers(value, "v", 3) == [0.5, 1.0, 2.0]
+
+
+def test_as_numbers_detaches_tensors_that_require_grad():
+    assert as_numbers(torch.tensor([1.0, 2.0], requires_grad=True) * 2, "v", 2) == [2.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        (AnyList([1.0, 2.0]), "AnyList"),
+        ([1.0, AlwaysEqual(2.0)], "v[1]"),
+        (np.array([1.0, 2.0], dtype=object), "dtype object"),
+        (torch.zeros(2).as_subclass(AgreeableTensor), "AgreeableTensor"),
+        ([1.0, 2.0, 3.0], "shape (3,)"),
+        ([[1.0], [2.0, 3.0]], "ragged"),
+        ({1.0, 2.0}, "set"),
+    ],
+)
+def test_as_numbers_rejects_subclasses_object_arrays_and_wrong_shapes(value, fragment):
+    with pytest.raises(AnswerError) as error:
+        as_numbers(value, "v", 2)
+    assert fragment in str(error.value)
+
+
+def test_as_table_and_as_nested_check_the_exact_shape():
+    assert as_table(torch.arange(6.0).reshape(2, 3), "t", (2, 3)) == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert as_nested(np.zeros((1, 2, 2)), "t", (1, 2, 2)) == [[[0.0, 0.0], [0.0, 0.0]]]
+    with pytest.raises(AnswerError, match=r"t has shape \(3, 2\), but shape \(2, 3\) is asked for"):
+        as_table(torch.zeros(3, 2), "t", (2, 3))
+
+
+def test_as_integer_accepts_integral_floats_and_rejects_fractions_and_int_subclasses():
+    class AnyInt(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    assert as_integer(393216.0, "n") == 393216 and type(as_integer(np.int32(5), "n")) is int
+    with pytest.raises(AnswerError, match="not a whole number"):
+        as_integer(2.5, "n")
+    with pytest.raises(AnswerError, match="AnyInt"):
+        as_integer(AnyInt(3), "n")
+
+
+# ---------------------------------------------------------------------------------------------- text
+
+
+def test_as_choice_ignores_case_and_spaces_and_returns_the_canonical_choice():
+    assert as_choice(" b ", "q", "ABCD") == "B"
+    assert as_choice("ALiBi", "kind", ["none", "alibi"]) == "alibi"
+    with pytest.raises(AnswerError, match="answer with one of 'A', 'B', 'C', 'D'"):
+        as_choice("E", "q", "ABCD")
+
+
+def test_a_str_subclass_that_equals_everything_is_not_a_string_answer():
+    with pytest.raises(AnswerError, match="AnyText"):
+        as_choice(AnyText("A"), "q", "ABCD")
+    with pytest.raises(AnswerError, match="AnyText"):
+        as_text(AnyText("sin(2)"), "entry")
+
+
+def test_as_text_set_reads_sets_lists_and_tuples_of_choices():
+    assert as_text_set({"a", "B "}, "s", "abc") == frozenset({"a", "b"})
+    assert as_text_set(["c"], "s", "abc") == frozenset({"c"})
+    with pytest.raises(AnswerError, match="expected a set of strings"):
+        as_text_set("ab", "s", "abc")
+
+
+def test_as_bool_accepts_only_true_and_false():
+    assert as_bool(True, "b") is True and as_bool(False, "b") is False
+    for value in (1, "True", np.bool_(True)):
+        with pytest.raises(AnswerError, match="expected True or False"):
+            as_bool(value, "b")
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+
+
+def test_check_close_passes_within_the_tolerance_and_fails_just_beyond():
+    check_close([0.84, 0.54], [0.8414709848, 0.5403023059], atol=0.005, name="pe")
+    with pytest.raises(
+        AnswerError, match=r"pe: 1 of 2 values are wrong \(tolerance 0.001\); the first is entry 0"
+    ):
+        check_close([0.84, 0.5403], [0.8414709848, 0.5403023059], atol=0.001, name="pe")
+
+
+def test_check_close_names_the_mistake_an_answer_matches():
+    mistakes = [("sin and cos are swapped", [1.0, 0.0]), ("degrees", [0.0175, 0.9998])]
+    with pytest.raises(AnswerError, match="^pe: degrees$"):
+        check_close([0.02, 1.0], [0.8415, 0.5403], atol=0.005, name="pe", mistakes=mistakes)
+
+
+def test_check_close_refuses_a_different_number_of_values():
+    with pytest.raises(AnswerError, match="has 3 values, 2 are asked for"):
+        check_close([1.0, 2.0, 3.0], [1.0, 2.0], atol=0.1, name="v")
+
+
+def test_call_turns_an_exception_of_the_students_function_into_feedback():
+    def broken(length, d):
+        raise IndexError("index 4 is out of bounds")
+
+    with pytest.raises(
+        AnswerError, match=r"sinusoidal_table\(7, 6\) raised IndexError: index 4 is out of bounds"
+    ):
+        call(broken, "sinusoidal_table", 7, 6)
+    with pytest.raises(AnswerError, match="is not a function"):
+        call(3, "sinusoidal_table")
+
+
+# ---------------------------------------------------------------------------------------------- expressions
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("sin(2/10000**(1/3))", "sin(2*10**(-4/3))"),
+        ("sin(2/10000^(2/6))", "sin(2*10000**(-1/3))"),
+        ("cos(pi/2 - 2)", "sin(2)"),
+        ("Rational(1, 3)", "1/3"),
+        ("sqrt(4)", "2"),
+        ("0.5", "1/2"),
+        ("cos(2/(10**4)**(1/3))", "cos(2*10000**(-1/3))"),
+    ],
+)
+def test_expressions_that_are_equal_are_recognised_as_equal(first, second):
+    assert same_value(parse_expression(first), parse_expression(second))
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("0.909297", "sin(2)"),
+        ("sin(2/21.544)", "sin(2*10000**(-1/3))"),
+        ("sin(2)", "cos(2)"),
+        ("sin(2*10000**(-2/3))", "sin(2*10000**(-1/3))"),
+    ],
+)
+def test_numerically_close_but_different_expressions_are_not_equal(first, second):
+    assert not same_value(parse_expression(first), parse_expression(second))
+
+
+def test_check_expressions_says_when_an_entry_is_only_numerically_close():
+    with pytest.raises(
+        AnswerError, match="entry 0 .* numerically close to the right value .* not equal to it"
+    ):
+        check_expressions(["0.909297", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
+
+
+def test_check_expressions_names_a_mistake_and_accepts_tuples_of_strings():
+    check_expressions(("sin(2)", "cos(2)"), ["sin(2)", "cos(2)"], name="pe")
+    with pytest.raises(AnswerError, match="^pe: swapped$"):
+        check_expressions(
+            ["cos(2)", "sin(2)"],
+            ["sin(2)", "cos(2)"],
+            name="pe",
+            mistakes=[("swapped", ["cos(2)", "sin(2)"])],
+        )
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("__import__('os').system('echo hacked')", "may contain only"),
+        ("(2).real", "may contain only"),
+        ("sin.__globals__", "may contain only"),
+        ("[1, 2][0]", "may contain only"),
+        ("lambda: 1", "may contain only"),
+        ("'sin(2)'", "may contain only"),
+        ("sin(x)", "may contain only"),
+        ("exp(2)", "calls exp"),
+        ("sin(2, 3)", "calls sin"),
+        ("sin(2))", "not a valid expression"),
+        ("sin(2)" * 40, "characters long"),
+        ("9**9**9", "too large"),
+        ("2**100000", "too large"),
+        ("(10**60)**60", "more than 400 digits"),
+        ("10**(1/100000)", "too large"),
+        ("1/0", "divides by zero"),
+        ("1" * 40, "too long"),
+        ("1e400", "not finite"),
+        ("Rational(1, 0)", "divides by zero"),
+        ("Rational(0.5)", "whole numbers"),
+    ],
+)
+def test_parse_expression_refuses_code_names_and_huge_numbers(text, fragment):
+    start = time.perf_counter()
+    with pytest.raises(AnswerError) as error:
+        parse_expression(text, "entry")
+    assert fragment in str(error.value)
+    assert time.perf_counter() - start < 5  # no string makes the parser compute for long
+
+
+def test_parse_expression_never_runs_the_students_code(tmp_path):
+    marker = tmp_path / "ran"
+    with pytest.raises(AnswerError):
+        parse_expression(f"__import__('pathlib').Path({str(marker)!r}).touch()", "entry")
+    assert not marker.exists()
+
+
+def test_parse_expression_reads_carets_as_powers_and_decimals_exactly():
+    assert same_value(parse_expression("10000^(1/2)"), parse_expression("100"))
+    assert parse_expression("0.1") * 10 == 1  # exactly 1/10, not the binary float 0.1
+    assert math.isclose(float(parse_expression("sin(2)")), math.sin(2))

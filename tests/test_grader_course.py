@@ -1,0 +1,303 @@
+"""The course's notebooks as files, and how submissions are found and repaired; no kernel runs here.
+
+The points per assignment are written below by hand: they are the ones announced in the README and in each
+notebook's table, and the tests check that the nbgrader metadata gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
+from autograder.course import kernel_environment, write_kernelspec
+from autograder.sanitize import prepare, read_notebook
+from autograder.submissions import collect, extract_notebooks
+
+# (autograded points, manually graded points) per assignment.
+POINTS = {
+    "01_permutation": (9, 0),
+    "02_sinusoidal": (12, 0),
+    "03_learned": (8, 0),
+    "04_relative": (9, 3),
+    "05_rope": (9, 3),
+    "06_comparison": (9, 0),
+}
+QUIZ_QUESTIONS = 12
+
+
+def nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def hidden_part(source: str) -> str:
+    start, end = source.index("### BEGIN HIDDEN TESTS"), source.index("### END HIDDEN TESTS")
+    return source[start:end]
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict[str, nbformat.NotebookNode]:
+    return {
+        assignment: nbformat.read(source_notebook(assignment), as_version=4) for assignment in ASSIGNMENTS
+    }
+
+
+@pytest.fixture(scope="module")
+def releases() -> dict[str, nbformat.NotebookNode]:
+    return {
+        assignment: nbformat.read(released_notebook(assignment), as_version=4) for assignment in ASSIGNMENTS
+    }
+
+
+# ------------------------------------------------------------------------------------------- the sources
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_points_per_assignment_are_the_announced_ones(sources, assignment):
+    auto = sum(
+        nbgrader(c)["points"]
+        for c in sources[assignment].cells
+        if nbgrader(c).get("grade") and c.cell_type == "code"
+    )
+    manual = sum(
+        nbgrader(c)["points"]
+        for c in sources[assignment].cells
+        if nbgrader(c).get("grade") and c.cell_type == "markdown"
+    )
+    assert (auto, manual) == POINTS[assignment]
+    table_total = re.search(r"\| \*\*total\*\* \| \*\*(\d+)\*\* \|", sources[assignment].cells[0].source)
+    assert table_total and int(table_total.group(1)) == auto + manual
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_cell_carries_nbgrader_metadata_with_unique_ids_and_the_python3_kernel(sources, assignment):
+    notebook = sources[assignment]
+    ids = [nbgrader(cell).get("grade_id") for cell in notebook.cells]
+    assert None not in ids and len(ids) == len(set(ids))
+    assert all(nbgrader(cell).get("schema_version") == 3 for cell in notebook.cells)
+    assert notebook.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_test_cell_has_hidden_tests_that_import_nothing_the_answers_come_from(sources, assignment):
+    for cell in sources[assignment].cells:
+        meta = nbgrader(cell)
+        if meta.get("grade") and cell.cell_type == "code":
+            assert meta["locked"] and meta["points"] > 0
+            hidden = hidden_part(cell.source)
+            assert "posenc_ref" not in hidden, (
+                f"{meta['grade_id']}: an expected value must not come from posenc_ref"
+            )
+            imports = re.findall(r"^(?:from|import) (\S+)", hidden, flags=re.MULTILINE)
+            assert set(imports) <= {"autograder.answers"}, f"{meta['grade_id']} imports {imports}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_answer_is_a_solution_region_and_every_written_answer_has_a_mark_scheme(sources, assignment):
+    for cell in sources[assignment].cells:
+        meta = nbgrader(cell)
+        if meta.get("solution"):
+            assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source
+            if cell.cell_type == "markdown":
+                assert meta["grade"] and "**Mark scheme" in cell.source
+
+
+def test_the_twelve_quiz_questions_are_spread_over_the_chapters_with_varied_answers(sources):
+    quizzes = {
+        assignment: [
+            nbgrader(cell)["grade_id"]
+            for cell in notebook.cells
+            if re.fullmatch(r"quiz_\w+_test", nbgrader(cell).get("grade_id", ""))
+        ]
+        for assignment, notebook in sources.items()
+    }
+    assert sum(len(ids) for ids in quizzes.values()) == QUIZ_QUESTIONS
+    assert all(quizzes.values()), f"a chapter without quiz questions: {quizzes}"
+    letters = []
+    for notebook in sources.values():
+        for cell in notebook.cells:
+            if re.fullmatch(r"quiz_\w+_test", nbgrader(cell).get("grade_id", "")):
+                letters += re.findall(r'!= "([ABCD])"', cell.source)
+    assert len(letters) == QUIZ_QUESTIONS and len(set(letters)) == 4
+
+
+def test_only_the_chapter_that_builds_on_posenc_ref_imports_it(sources):
+    importing = {
+        assignment
+        for assignment, notebook in sources.items()
+        if any(
+            "import" in cell.source and "posenc_ref" in cell.source
+            for cell in notebook.cells
+            if cell.cell_type == "code"
+        )
+    }
+    assert importing == {"06_comparison"}
+
+
+# ------------------------------------------------------------------------------------------- the releases
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebooks_hold_no_solution_hidden_test_or_mark_scheme(releases, assignment):
+    text = nbformat.writes(releases[assignment])
+    for secret in (
+        "BEGIN SOLUTION",
+        "END SOLUTION",
+        "BEGIN HIDDEN TESTS",
+        "Mark scheme",
+        "Model answer",
+        "autograder.answers",
+    ):
+        assert secret not in text
+    for cell in releases[assignment].cells:
+        meta = nbgrader(cell)
+        if meta.get("solution"):
+            assert "raise NotImplementedError()" in cell.source or cell.source == "YOUR ANSWER HERE"
+        if not meta.get("solution"):
+            assert meta.get("locked"), f"{meta.get('grade_id')} should be read-only"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebooks_have_the_cells_and_points_of_their_source(sources, releases, assignment):
+    def layout(notebook):
+        return [(nbgrader(c)["grade_id"], c.cell_type, nbgrader(c).get("points")) for c in notebook.cells]
+
+    assert layout(releases[assignment]) == layout(sources[assignment])
+
+
+# ------------------------------------------------------------------------------------------- submissions
+
+
+def write_notebook(path: Path, notebook) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_collect_finds_student_assignment_folders_and_reports_the_rest(tmp_path):
+    released = nbformat.read(released_notebook("04_relative"), as_version=4)
+    write_notebook(tmp_path / "class" / "ada" / "04_relative" / "04_relative.ipynb", released)
+    write_notebook(tmp_path / "class" / "bob" / "04_relative" / "Untitled.ipynb", released)
+    write_notebook(tmp_path / "class" / "bob" / "04_relative" / ".ipynb_checkpoints" / "x.ipynb", released)
+    write_notebook(tmp_path / "class" / "eve" / "homework" / "04_relative.ipynb", released)
+    write_notebook(tmp_path / "class" / "bad id!" / "04_relative" / "04_relative.ipynb", released)
+    (tmp_path / "class" / "carl" / "03_learned").mkdir(parents=True)
+    collection = collect(tmp_path / "class", ASSIGNMENTS)
+    found = {(s.student, s.assignment): s for s in collection.submissions}
+    assert set(found) == {("ada", "04_relative"), ("bob", "04_relative"), ("carl", "03_learned")}
+    assert found["bob", "04_relative"].path.name == "Untitled.ipynb"
+    assert "Untitled.ipynb was graded in its place" in found["bob", "04_relative"].notes[0]
+    assert found["carl", "03_learned"].path is None
+    assert any("unknown assignment 'homework'" in warning for warning in collection.warnings)
+    assert any("'bad id!' is not a valid student id" in warning for warning in collection.warnings)
+
+
+def test_a_zip_is_read_for_notebooks_only_and_never_outside_its_folder(tmp_path):
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("submitted/ada/04_relative/04_relative.ipynb", "{}")
+        bundle.writestr("submitted/ada/04_relative/autograder/answers.py", "print('shadow')")
+        bundle.writestr("../escape.ipynb", "{}")
+        bundle.writestr("/absolute.ipynb", "{}")
+    destination = tmp_path / "out"
+    destination.mkdir()
+    warnings = extract_notebooks(archive, destination)
+    extracted = sorted(
+        str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file()
+    )
+    assert extracted == ["submitted/ada/04_relative/04_relative.ipynb"]
+    assert len(warnings) == 2 and not (tmp_path / "escape.ipynb").exists()
+    with pytest.raises(ValueError, match="is not a zip file"):
+        extract_notebooks(
+            tmp_path / "out" / "submitted" / "ada" / "04_relative" / "04_relative.ipynb", destination
+        )
+
+
+# ------------------------------------------------------------------------------------------- repairs
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ('{"cells": [', "not valid JSON"),
+        ('{"cells": "none"}', "not a Jupyter notebook"),
+        (
+            '{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}',
+            "missing an expected key",
+        ),
+        (b"\xff\xfe\x00", "not UTF-8"),
+    ],
+)
+def test_files_that_are_not_notebooks_cannot_be_graded_and_say_why(tmp_path, content, fragment):
+    path = tmp_path / "submission.ipynb"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    notebook, reason = read_notebook(path)
+    assert notebook is None and fragment in reason
+
+
+def test_deleted_cells_are_restored_after_their_predecessor_and_noted(tmp_path):
+    released = nbformat.read(released_notebook("04_relative"), as_version=4)
+    submission = json.loads(json.dumps(released))
+    ids = [nbgrader(cell)["grade_id"] for cell in released.cells]
+    submission["cells"] = [
+        cell
+        for cell in submission["cells"]
+        if cell["metadata"]["nbgrader"]["grade_id"] not in ("bias_test", "alibi_answer")
+    ]
+    submission["metadata"]["kernelspec"] = {"name": "ir", "display_name": "R", "language": "R"}
+    path = tmp_path / "04_relative.ipynb"
+    path.write_text(json.dumps(submission))
+    prepared = prepare(path, released)
+    assert [nbgrader(cell)["grade_id"] for cell in prepared.notebook.cells] == ids
+    notes = " | ".join(prepared.notes)
+    assert "the test cell 'bias_test' was missing" in notes
+    assert "the answer cell 'alibi_answer' was missing" in notes and "no answer" in notes
+    assert "kernel 'ir'" in notes
+
+
+def test_edited_read_only_cells_and_duplicated_ids_are_noted(tmp_path):
+    released = nbformat.read(released_notebook("04_relative"), as_version=4)
+    submission = json.loads(json.dumps(released))
+    test_cell = next(c for c in submission["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "bias_test")
+    test_cell["source"] = "pass  # I made the test pass"
+    submission["cells"].append({**json.loads(json.dumps(test_cell)), "id": "copy-of-test"})
+    path = tmp_path / "04_relative.ipynb"
+    path.write_text(json.dumps(submission))
+    prepared = prepare(path, released)
+    assert any("the test cell 'bias_test' was edited" in note for note in prepared.notes)
+    assert any("a copy of the cell 'bias_test'" in note for note in prepared.notes)
+    assert sum(nbgrader(cell).get("grade_id") == "bias_test" for cell in prepared.notebook.cells) == 1
+
+
+def test_code_that_reaches_for_the_grader_is_flagged_for_an_instructor(tmp_path):
+    released = nbformat.read(released_notebook("04_relative"), as_version=4)
+    submission = json.loads(json.dumps(released))
+    answer = next(c for c in submission["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "bias_answer")
+    answer["source"] = (
+        "import sys\nsys.modules['autograder.answers'] = None\nrelative_bias_weights = [0, 0, 0]"
+    )
+    path = tmp_path / "04_relative.ipynb"
+    path.write_text(json.dumps(submission))
+    notes = prepare(path, released).notes
+    assert notes == [
+        "the code of cell 'bias_answer' mentions autograder, sys.modules: an instructor should read it"
+    ]
+
+
+def test_kernels_resolve_to_this_interpreter_and_see_the_repository(tmp_path, monkeypatch):
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    write_kernelspec(tmp_path)
+    environment = kernel_environment(tmp_path, {"PATH": "/usr/bin", "JUPYTER_PATH": "/elsewhere"})
+    assert environment["JUPYTER_PATH"].split(os.pathsep) == [str(tmp_path), "/elsewhere"]
+    assert environment["PYTHONPATH"].split(os.pathsep)[0] == str(REPOSITORY)
+    assert environment["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # nbgrader's alembic
+    monkeypatch.setenv("JUPYTER_PATH", environment["JUPYTER_PATH"])
+    assert KernelSpecManager().get_kernel_spec("python3").argv[0] == sys.executable

@@ -1,0 +1,412 @@
+"""Round trip: a planted class (tests/planted), zipped, graded by ``python -m autograder grade``.
+
+The class is graded once for the module (it runs about thirty notebooks in kernels, two at a time on two
+cores), then every test reads the outputs. The expected scores, failing items and messages are constants
+written here from the exercises' definitions: a full solution earns every autograded point, a blank notebook
+none, and each planted mistake loses exactly the items it touches, with feedback that names the mistake.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from planted import build_class
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL_TIMEOUT = 15  # seconds; the planted endless loop is interrupted after this
+EXPORT_HEADER = (
+    "assignment,duedate,timestamp,student_id,last_name,first_name,email,raw_score,"
+    "late_submission_penalty,score,max_score"
+)
+MAX_SCORES = {
+    "01_permutation": 9,
+    "02_sinusoidal": 12,
+    "03_learned": 8,
+    "04_relative": 12,
+    "05_rope": 12,
+    "06_comparison": 9,
+}
+AUTOGRADED = {
+    "01_permutation": 9,
+    "02_sinusoidal": 12,
+    "03_learned": 8,
+    "04_relative": 9,
+    "05_rope": 9,
+    "06_comparison": 9,
+}
+MANUAL_ITEMS = {"04_relative": "self_bias_answer", "05_rope": "long_context_answer"}
+STUDENTS = ("blank", "broken", "cheat", "degrees", "doubled", "full", "halves", "mistakes", "swapped")
+
+EXPECTED_SCORES = {
+    ("full", "01_permutation"): 9,
+    ("full", "02_sinusoidal"): 12,
+    ("full", "03_learned"): 8,
+    ("full", "04_relative"): 9,
+    ("full", "05_rope"): 9,
+    ("full", "06_comparison"): 9,
+    ("degrees", "02_sinusoidal"): 4,
+    ("degrees", "05_rope"): 6,
+    ("doubled", "02_sinusoidal"): 4,
+    ("doubled", "05_rope"): 6,
+    ("swapped", "02_sinusoidal"): 3,
+    ("swapped", "05_rope"): 6,
+    ("halves", "02_sinusoidal"): 3,
+    ("halves", "05_rope"): 6,
+    ("mistakes", "01_permutation"): 2,
+    ("mistakes", "03_learned"): 5,
+    ("mistakes", "04_relative"): 2,
+    ("mistakes", "05_rope"): 4,
+    ("mistakes", "06_comparison"): 6,
+    ("cheat", "02_sinusoidal"): 0,
+    ("cheat", "04_relative"): 1,
+    ("broken", "01_permutation"): 8,
+    ("broken", "02_sinusoidal"): 0,
+    ("broken", "03_learned"): 0,
+    ("broken", "04_relative"): 6,
+    ("broken", "05_rope"): 0,
+    ("broken", "06_comparison"): 0,
+    **{("blank", assignment): 0 for assignment in MAX_SCORES},
+}
+
+# The autograded items that fail, each with a fragment of its feedback message.
+DEGREES, DOUBLED = "angles were treated as degrees", "exponent is doubled"
+SWAPPED, HALVES = "sin and cos are swapped", "halves layout"
+EXPECTED_FAILURES = {
+    ("degrees", "02_sinusoidal"): {"pe_d4_p1_test": DEGREES, "pe_d6_p2_test": DEGREES, "table_test": DEGREES},
+    ("degrees", "05_rope"): {"rope_test": DEGREES},
+    ("doubled", "02_sinusoidal"): {"pe_d4_p1_test": DOUBLED, "pe_d6_p2_test": DOUBLED, "table_test": DOUBLED},
+    ("doubled", "05_rope"): {"rope_test": DOUBLED},
+    ("swapped", "02_sinusoidal"): {
+        "pe_d4_p0_test": SWAPPED,
+        "pe_d4_p1_test": SWAPPED,
+        "pe_d6_p2_test": SWAPPED,
+        "table_test": SWAPPED,
+    },
+    ("swapped", "05_rope"): {"rope_test": SWAPPED},
+    ("halves", "02_sinusoidal"): {
+        "pe_d4_p0_test": HALVES,
+        "pe_d4_p1_test": HALVES,
+        "pe_d6_p2_test": HALVES,
+        "table_test": HALVES,
+    },
+    ("halves", "05_rope"): {"rope_test": "pairs (i, i + d/2) of the half layout"},
+    ("mistakes", "01_permutation"): {
+        "attention_test": "not scaled",
+        "equivariance_test": "this measures invariance",
+        "conclusions_test": "causal_is_equivariant",
+        "maps_test": "missing ['g']",
+        "quiz_attention_symmetry_test": "not the best answer",
+    },
+    ("mistakes", "03_learned"): {
+        "length_test": "IndexError",
+        "bert_test": "786432",
+        "fraction_test": "off by one",
+    },
+    ("mistakes", "04_relative"): {
+        "bias_test": "order is reversed",
+        "bucket_test": "direction is reversed",
+        "alibi_other_test": "not one geometric sequence",
+        "quiz_absolute_relative_test": "not the best answer",
+    },
+    ("mistakes", "05_rope"): {
+        "relative_test": "the absolute value",
+        "to_half_test": "the other conversion",
+        "to_interleaved_test": "the other conversion",
+        "quiz_long_sequences_test": "not the best answer",
+    },
+    ("mistakes", "06_comparison"): {"choice_long_decoder_test": "ALiBi", "parameters_test": "['shaw']"},
+    ("cheat", "02_sinusoidal"): {
+        item: "is an object of type __main__."
+        for item in (
+            "pe_d4_p0_test",
+            "pe_d4_p1_test",
+            "pe_d6_p2_test",
+            "table_test",
+            "quiz_formula_test",
+            "quiz_frequencies_test",
+            "quiz_combining_test",
+        )
+    },
+    ("cheat", "04_relative"): {
+        item: "is an object of type __main__."
+        for item in (
+            "bias_test",
+            "bucket_test",
+            "causal_bucket_test",
+            "alibi_power_test",
+            "alibi_other_test",
+        )
+    },
+    ("broken", "04_relative"): {"alibi_power_test": "alibi_slopes", "alibi_other_test": "alibi_slopes"},
+    ("broken", "01_permutation"): {"maps_test": "equivariant_maps"},
+    ("full", "01_permutation"): {},
+    ("full", "02_sinusoidal"): {},
+    ("full", "03_learned"): {},
+    ("full", "04_relative"): {},
+    ("full", "05_rope"): {},
+    ("full", "06_comparison"): {},
+}
+NOT_GRADED = {
+    ("broken", "06_comparison"): "not valid JSON",
+    ("broken", "02_sinusoidal"): "holds no notebook",
+    ("broken", "03_learned"): "not a Jupyter notebook",
+    ("broken", "05_rope"): "the kernel died",
+}
+NOTES = {
+    ("broken", "04_relative"): [
+        "the notebook asked for the kernel 'ir'",
+        "the test cell 'bias_test' was missing",
+        "the answer cell 'alibi_answer' was missing",
+        "the read-only cell 'quiz_intro' was edited",
+    ],
+    ("broken", "01_permutation"): [f"a cell ran longer than {CELL_TIMEOUT} seconds and was interrupted"],
+    ("degrees", "02_sinusoidal"): ["02_sinusoidal-Copy1.ipynb was graded in its place"],
+}
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def zip_folder(folder: Path, archive: Path) -> None:
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in sorted(folder.rglob("*")):
+            bundle.write(path, Path("submitted") / path.relative_to(folder))
+        bundle.writestr("__MACOSX/submitted/full/02_sinusoidal/._02_sinusoidal.ipynb", "resource fork")
+
+
+@pytest.fixture(scope="module")
+def planted_class(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("planted")
+    build_class(root / "submitted")
+    shutil.copy(ROOT / "notebooks" / "04_relative.ipynb", root / "submitted" / "stray.ipynb")
+    return root
+
+
+@pytest.fixture(scope="module")
+def graded(planted_class) -> Path:
+    archive = planted_class / "class.zip"
+    zip_folder(planted_class / "submitted", archive)
+    out = planted_class / "out"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autograder",
+            "grade",
+            str(archive),
+            "--out",
+            str(out),
+            "--timeout",
+            str(CELL_TIMEOUT),
+        ],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return out
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def grades(graded) -> dict[tuple[str, str], dict[str, str]]:
+    return {(row["student_id"], row["assignment"]): row for row in read_csv(graded / "grades.csv")}
+
+
+@pytest.fixture(scope="module")
+def items(graded) -> dict[tuple[str, str], dict[str, dict[str, str]]]:
+    table: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    for row in read_csv(graded / "items.csv"):
+        table.setdefault((row["student_id"], row["assignment"]), {})[row["item"]] = row
+    return table
+
+
+def feedback_page(graded: Path, student: str, assignment: str) -> str:
+    return (graded / "feedback" / student / assignment / f"{assignment}.html").read_text()
+
+
+# -------------------------------------------------------------------------------------------- grades.csv
+
+
+def test_grades_csv_has_nbgrader_export_columns_and_a_row_per_student_and_assignment(graded, grades):
+    assert (graded / "grades.csv").read_text().splitlines()[0] == EXPORT_HEADER
+    assert set(grades) == {(student, assignment) for student in STUDENTS for assignment in MAX_SCORES}
+
+
+def test_every_planted_submission_gets_exactly_its_expected_score(grades):
+    for (student, assignment), row in grades.items():
+        expected = EXPECTED_SCORES.get((student, assignment), 0)  # 0: nothing submitted
+        assert float(row["score"]) == expected, f"{student}/{assignment}"
+        assert float(row["raw_score"]) == expected and float(row["late_submission_penalty"]) == 0
+        assert float(row["max_score"]) == MAX_SCORES[assignment]
+
+
+# -------------------------------------------------------------------------------------------- items
+
+
+def test_wrong_answers_lose_exactly_their_items_with_feedback_naming_the_mistake(items):
+    for key, failures in EXPECTED_FAILURES.items():
+        graded_items = items[key]
+        failed = {name for name, row in graded_items.items() if row["status"] == "failed"}
+        assert failed == set(failures), f"{key}: failed {sorted(failed)}"
+        for name, fragment in failures.items():
+            assert fragment in graded_items[name]["message"], f"{key} {name}: {graded_items[name]['message']}"
+        for name, row in graded_items.items():
+            if name not in failures and row["status"] != "manual":
+                assert row["status"] == "passed" and float(row["score"]) == float(row["max_score"]), (
+                    key,
+                    name,
+                )
+
+
+def test_every_released_notebook_fails_every_autograded_item(items):
+    for assignment in MAX_SCORES:
+        graded_items = items["blank", assignment]
+        for name, row in graded_items.items():
+            assert row["status"] == "failed" and float(row["score"]) == 0, (assignment, name)
+        autograded = sum(
+            float(row["max_score"])
+            for name, row in graded_items.items()
+            if name != MANUAL_ITEMS.get(assignment)
+        )
+        assert autograded == AUTOGRADED[assignment]
+        if assignment in MANUAL_ITEMS:
+            assert graded_items[MANUAL_ITEMS[assignment]]["message"] == "no answer was written"
+
+
+def test_written_answers_of_full_solutions_wait_for_an_instructor(items):
+    for assignment, item in MANUAL_ITEMS.items():
+        row = items["full", assignment][item]
+        assert row["status"] == "manual" and float(row["score"]) == 0 and float(row["max_score"]) == 3
+
+
+def test_objects_that_override_comparison_earn_no_point(grades, items):
+    for assignment in ("02_sinusoidal", "04_relative"):
+        cheated = [row for row in items["cheat", assignment].values() if "object of type" in row["message"]]
+        assert cheated and all(float(row["score"]) == 0 for row in cheated)
+    assert float(grades["cheat", "02_sinusoidal"]["score"]) == 0
+
+
+# -------------------------------------------------------------------------------------------- robustness
+
+
+def test_files_that_cannot_be_graded_get_zero_and_their_reason_in_the_feedback(graded, items):
+    for (student, assignment), reason in NOT_GRADED.items():
+        rows = items[student, assignment].values()
+        assert all(row["status"] == "not graded" and reason in row["message"] for row in rows), (
+            assignment,
+            reason,
+        )
+        page = feedback_page(graded, student, assignment)
+        assert "could not be graded" in page and html.escape(reason) in page
+
+
+def test_repairs_and_interruptions_are_noted_on_the_feedback_and_in_the_report(graded):
+    report = (graded / "report.txt").read_text()
+    for (student, assignment), notes in NOTES.items():
+        page = feedback_page(graded, student, assignment)
+        for note in notes:
+            assert html.escape(note) in page, (student, assignment, note)
+            assert note in report
+
+
+def test_every_submission_has_a_feedback_page_with_its_scores(graded, grades):
+    for (student, assignment), row in grades.items():
+        page = graded / "feedback" / student / assignment / f"{assignment}.html"
+        submitted = (student, assignment) in EXPECTED_SCORES
+        assert page.exists() == submitted, (student, assignment)
+        if submitted and (student, assignment) not in NOT_GRADED:
+            assert f"Score: {float(row['score'])} / {float(row['max_score'])}" in page.read_text()
+
+
+def test_notebooks_outside_student_assignment_folders_are_reported_not_graded(graded):
+    report = (graded / "report.txt").read_text()
+    assert "submitted/: notebooks must be in <student>/<assignment>/ folders" in report
+    assert "__MACOSX" not in report
+
+
+# -------------------------------------------------------------------------------------------- check
+
+
+def test_check_runs_the_released_visible_tests_and_reports_what_passes(planted_class, tmp_path):
+    notebook = nbformat.read(planted_class / "submitted" / "full" / "04_relative" / "04_relative.ipynb", 4)
+    for cell in notebook.cells:
+        if cell.metadata["nbgrader"]["grade_id"] == "bias_test":
+            cell.source = "assert False, 'an edited test'"
+    path = tmp_path / "04_relative.ipynb"
+    nbformat.write(notebook, path)
+    completed = subprocess.run(
+        [sys.executable, "-m", "autograder", "check", str(path)],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
+    assert "the test cell 'bias_test' had been edited" in completed.stdout
+    assert "6 of 6 visible tests pass" in completed.stdout
+    assert "WRITTEN ANSWER  self_bias_answer" in completed.stdout
+
+
+def test_check_of_a_blank_notebook_fails_and_names_each_test(planted_class):
+    path = planted_class / "submitted" / "blank" / "04_relative" / "04_relative.ipynb"
+    completed = subprocess.run(
+        [sys.executable, "-m", "autograder", "check", str(path)],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 1
+    assert "0 of 6 visible tests pass" in completed.stdout
+    assert "FAILED  bias_test" in completed.stdout and "NameError" in completed.stdout
+
+
+# -------------------------------------------------------------------------------------------- a folder
+
+
+def test_a_folder_of_files_that_cannot_be_graded_is_graded_without_running_a_kernel(tmp_path):
+    from autograder.grade import grade
+
+    (tmp_path / "class" / "ada" / "01_permutation").mkdir(parents=True)
+    (tmp_path / "class" / "ada" / "01_permutation" / "01_permutation.ipynb").write_text('{"cells": [')
+    (tmp_path / "class" / "bob" / "03_learned").mkdir(parents=True)
+    results = grade(tmp_path / "class", tmp_path / "out")
+    outcome = {
+        (result.student, result.assignment): (result.score, result.max_score, result.reason)
+        for result in results
+    }
+    assert outcome == {
+        ("ada", "01_permutation"): (0, 9, outcome["ada", "01_permutation"][2]),
+        ("bob", "01_permutation"): (0, 9, "no submission"),
+        ("ada", "03_learned"): (0, 8, "no submission"),
+        ("bob", "03_learned"): (0, 8, "the folder holds no notebook"),
+    }
+    assert "not valid JSON" in outcome["ada", "01_permutation"][2]
+    assert "could not be graded" in feedback_page(tmp_path / "out", "ada", "01_permutation")
+    assert not (tmp_path / "out" / "feedback" / "bob" / "01_permutation").exists()
