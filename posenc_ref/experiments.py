@@ -1,0 +1,377 @@
+r"""``python -m posenc_ref.experiments length-generalization``: train short, test long, for every position kind.
+
+Usage::
+
+    python -m posenc_ref.experiments length-generalization [--quick] [--device cpu|cuda|auto] --out DIR
+        [--seeds N] [--max-steps N] [--positions none,rope,...] [--models encoder,decoder]
+        [--tasks bites,...] [--eval-examples N] [--threads N] [--no-progress]
+
+On the CPU the command uses one thread unless ``--threads`` says otherwise: the models are too small to gain
+from more, and floating-point sums, hence the trained models, depend on the number of threads; one thread
+reproduces the numbers of the book, which runs the same code.
+
+For every position kind, model kind (encoder, decoder), task and seed, a
+:class:`~posenc_ref.models.TinyTransformer` is trained on inputs of size ``min_length .. L`` (``L`` the
+training length) until its training exact match reaches the target or the step budget runs out
+(:func:`posenc_ref.train.train_model`), then scored by exact match at every evaluation length up to
+``3L`` on the same examples for every model (:func:`posenc_ref.train.evaluate`).
+
+Writes ``DIR/results.csv``, one row per (position, model, task, seed, length) with the columns of
+:data:`CSV_COLUMNS`, and ``DIR/<task>_<model>.png``, accuracy against length per position kind (mean over
+seeds).
+
+The learned table is given ``max_len`` = the longest sequence evaluated, so that it is defined at every
+evaluation length; rows beyond the longest training sequence are never trained (chapter 3), and that is
+exactly what the experiment shows for them. Shaw's clipping distance and T5's bucket range are scaled to the
+training length L, so that every one of their rows is trained, as in the papers, whose ranges lie inside
+their training inputs (:meth:`LengthGeneralizationSettings.position_options`). RoPE keeps base 10000.
+
+``--quick`` (:data:`QUICK_SETTINGS`) is sized for the book build on 2 CPU cores (a couple of minutes): the
+order-sensitive ``bites`` task, L = 8, evaluation up to 24, one seed, d = 32, two layers, at most 800 steps.
+The default (:data:`FULL_SETTINGS`) is for a GPU: all four tasks, L = 16, evaluation up to 48, three seeds,
+d = 64, up to 5000 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc_ref._checks import check_choice, check_int, check_positive_int
+from posenc_ref.attention import BACKENDS, POSITION_KINDS
+from posenc_ref.models import MODEL_KINDS, build_model
+from posenc_ref.tasks import TASKS, vocabulary_size
+from posenc_ref.train import TrainSettings, evaluate, resolve_device, train_model
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "position", "model", "task", "length", "accuracy", "seed", "train_length", "in_training_range",
+    "train_steps", "train_accuracy", "reached_target", "train_seconds", "position_parameters", "parameters",
+    "examples",
+)
+"""The columns of ``results.csv``: the first six name the measurement; the rest describe its training run."""
+
+
+def _check_names(name: str, values: Sequence[str], allowed: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(values, str) or not values:
+        raise ValueError(f"{name} must be a non-empty sequence of names from {list(allowed)}, got {values!r}")
+    for value in values:
+        check_choice(name, value, allowed)
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} must not repeat a name, got {list(values)}")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class LengthGeneralizationSettings:
+    """The grid and the training budget of one length-generalization experiment.
+
+    Attributes:
+        positions: position kinds, names from :data:`posenc_ref.attention.POSITION_KINDS`.
+        models: ``"encoder"`` and/or ``"decoder"``.
+        tasks: names from :data:`posenc_ref.tasks.TASKS`.
+        train_length: L, the largest input size seen in training.
+        eval_lengths: input sizes scored (ascending); usually up to 3L.
+        seeds: one run per seed (model initialisation and training data).
+        d_model, num_heads, num_layers: the size of every model.
+        max_steps, batch_size, learning_rate, target_accuracy: the training budget and stopping rule.
+        eval_examples: examples scored per length.
+        num_symbols: content symbols (``recall`` needs at least the largest evaluation length).
+        backend: attention backend of every layer, ``"reference"`` or ``"fast"`` (same results).
+    """
+
+    positions: tuple[str, ...] = tuple(POSITION_KINDS)
+    models: tuple[str, ...] = tuple(MODEL_KINDS)
+    tasks: tuple[str, ...] = ("bites",)
+    train_length: int = 8
+    eval_lengths: tuple[int, ...] = tuple(range(3, 25))
+    seeds: tuple[int, ...] = (0,)
+    d_model: int = 32
+    num_heads: int = 4
+    num_layers: int = 2
+    max_steps: int = 800
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    target_accuracy: float = 0.99
+    eval_examples: int = 512
+    num_symbols: int = 16
+    backend: str = "fast"
+
+    def __post_init__(self) -> None:
+        _check_names("positions", self.positions, tuple(POSITION_KINDS))
+        _check_names("models", self.models, tuple(MODEL_KINDS))
+        _check_names("tasks", self.tasks, tuple(TASKS))
+        check_positive_int("train_length", self.train_length)
+        if not self.eval_lengths or list(self.eval_lengths) != sorted(set(self.eval_lengths)):
+            raise ValueError(f"eval_lengths must be a non-empty ascending sequence without repeats, "
+                             f"got {self.eval_lengths!r}")
+        for task in self.tasks:
+            for length in (self.train_length, *self.eval_lengths):
+                TASKS[task].check_length(length, self.num_symbols)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be a non-empty sequence of distinct ints, got {self.seeds!r}")
+        for seed in self.seeds:
+            check_int("seeds", seed, minimum=0)
+        check_choice("backend", self.backend, BACKENDS)
+        self.train_settings(self.tasks[0])  # checks the training budget now, not after the first run
+
+    def train_settings(self, task: str) -> TrainSettings:
+        """The :class:`~posenc_ref.train.TrainSettings` of every run on ``task``."""
+        return TrainSettings(
+            min_length=TASKS[task].min_length, max_length=self.train_length, max_steps=self.max_steps,
+            batch_size=self.batch_size, learning_rate=self.learning_rate,
+            target_accuracy=self.target_accuracy, num_symbols=self.num_symbols,
+        )
+
+    def position_options(self, position: str, model: str, task: str) -> dict[str, Any]:
+        """Options of the position kind, chosen so that every table row is defined where it is used.
+
+        - ``"learned"``: ``max_len`` = the longest sequence evaluated (rows past the training length exist
+          but are never trained);
+        - ``"shaw"``: clipping distance ``k = L``: every offset row is reached in training;
+        - ``"t5"``: 8 buckets per direction (4 exact, 4 logarithmic) and ``max_distance = L``: every bucket
+          is reached in training, as in T5, whose ``max_distance`` of 128 lies inside its training inputs;
+        - the other kinds: the registry's defaults.
+        """
+        if position == "learned":
+            return {"max_len": TASKS[task].sequence_length(max(self.eval_lengths))}
+        if position == "shaw":
+            return {"max_distance": self.train_length}
+        if position == "t5":  # T5's own decoder uses one-way buckets (bidirectional=False, models.py)
+            return {"num_buckets": 16 if model == "encoder" else 8, "max_distance": self.train_length}
+        return {}
+
+
+QUICK_SETTINGS = LengthGeneralizationSettings()
+"""``--quick``: fits in the book build on 2 CPU cores (see the module docstring)."""
+
+FULL_SETTINGS = LengthGeneralizationSettings(
+    tasks=tuple(TASKS), train_length=16, eval_lengths=tuple(range(4, 49, 2)), seeds=(0, 1, 2), d_model=64,
+    max_steps=5000, batch_size=128, learning_rate=1e-3, eval_examples=1000, num_symbols=64,
+)
+"""The setting for a GPU: every task, L = 16, lengths up to 48, three seeds, d = 64, up to 5000 steps."""
+
+
+def _run_one(settings: LengthGeneralizationSettings, position: str, model_kind: str, task: str, seed: int,
+             device: torch.device, progress: bool) -> list[dict[str, Any]]:
+    """Train one model and score it at every evaluation length; one row per length."""
+    torch.manual_seed(seed)
+    model = build_model(model_kind, vocabulary_size(settings.num_symbols), position, d_model=settings.d_model,
+                        num_heads=settings.num_heads, num_layers=settings.num_layers, backend=settings.backend,
+                        **settings.position_options(position, model_kind, task))
+    result = train_model(model, task, settings.train_settings(task), seed=seed, device=device,
+                         progress=progress, description=f"{task} {model_kind} {position} seed {seed}")
+    common = {
+        "position": position, "model": model_kind, "task": task, "seed": seed,
+        "train_length": settings.train_length, "train_steps": result.steps,
+        "train_accuracy": round(result.accuracy, 4), "reached_target": result.reached_target,
+        "train_seconds": round(result.seconds, 2), "position_parameters": model.position_parameter_count(),
+        "parameters": sum(parameter.numel() for parameter in model.parameters()),
+        "examples": settings.eval_examples,
+    }
+    rows = []
+    for length in settings.eval_lengths:
+        accuracy = evaluate(model, task, length, num_examples=settings.eval_examples, seed=seed,
+                            num_symbols=settings.num_symbols, device=device)
+        rows.append({**common, "length": length, "accuracy": accuracy,
+                     "in_training_range": length <= settings.train_length})
+    return rows
+
+
+def run_length_generalization(
+    settings: LengthGeneralizationSettings = QUICK_SETTINGS,
+    *,
+    out_dir: str | Path,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    verbose: bool = True,
+    plots: bool = True,
+) -> list[dict[str, Any]]:
+    """Run the grid of ``settings``; write ``out_dir/results.csv`` (and the plots); return the rows.
+
+    Args:
+        settings: the grid and budget (:data:`QUICK_SETTINGS`, :data:`FULL_SETTINGS` or your own).
+        out_dir: created if missing.
+        device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        progress: a tqdm progress bar per training run (on stderr).
+        verbose: one line per training run on stdout.
+        plots: also write ``out_dir/<task>_<model>.png``.
+
+    Returns:
+        One dict per (position, model, task, seed, length) with the keys of :data:`CSV_COLUMNS`, in the
+        order of the grid.
+
+    Raises:
+        TypeError, ValueError: bad settings type or device.
+    """
+    if not isinstance(settings, LengthGeneralizationSettings):
+        raise TypeError(f"settings must be a LengthGeneralizationSettings, got {type(settings).__name__}")
+    device = resolve_device(device)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for task in settings.tasks:
+        for model_kind in settings.models:
+            for position in settings.positions:
+                for seed in settings.seeds:
+                    run = _run_one(settings, position, model_kind, task, seed, device, progress)
+                    rows += run
+                    if verbose:
+                        first = run[0]
+                        print(f"{task:>7} {model_kind:>7} {position:>10} seed {seed}: "
+                              f"{first['train_steps']:>5} steps, train exact match {first['train_accuracy']:.3f}"
+                              f" ({first['train_seconds']:.1f} s)", flush=True)
+    write_results(rows, out_dir / "results.csv")
+    if plots:
+        write_plots(rows, out_dir)
+    return rows
+
+
+def write_results(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Write ``rows`` to a CSV file with the columns of :data:`CSV_COLUMNS`."""
+    with open(path, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({column: row[column] for column in CSV_COLUMNS})
+
+
+def mean_accuracy(rows: Sequence[dict[str, Any]], *, model: str, task: str) -> dict[str, dict[int, float]]:
+    """``{position: {length: accuracy averaged over seeds}}`` for one model kind and task, in grid order."""
+    grouped: dict[str, dict[int, list[float]]] = {}
+    for row in rows:
+        if row["model"] == model and row["task"] == task:
+            grouped.setdefault(row["position"], {}).setdefault(row["length"], []).append(row["accuracy"])
+    if not grouped:
+        raise ValueError(f"rows hold no results for model={model!r}, task={task!r}")
+    return {position: {length: statistics.fmean(values) for length, values in by_length.items()}
+            for position, by_length in grouped.items()}
+
+
+def format_table(rows: Sequence[dict[str, Any]], *, lengths: Sequence[int] | None = None) -> str:
+    """A Markdown table: one line per (task, model, position), one column per length (mean over seeds).
+
+    ``lengths`` picks the columns (default: every evaluated length).
+
+    Raises:
+        ValueError: ``rows`` is empty, or ``lengths`` names a length that was not evaluated.
+    """
+    if not rows:
+        raise ValueError("rows must not be empty")
+    evaluated = sorted({row["length"] for row in rows})
+    lengths = evaluated if lengths is None else list(lengths)
+    missing = [length for length in lengths if length not in evaluated]
+    if missing:
+        raise ValueError(f"lengths {missing} were not evaluated; evaluated lengths are {evaluated}")
+    train_length = rows[0]["train_length"]
+    header = ["task", "model", "position"] + [
+        f"{length}" + ("*" if length <= train_length else "") for length in lengths]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    seen: list[tuple[str, str]] = []
+    for row in rows:
+        if (row["task"], row["model"]) not in seen:
+            seen.append((row["task"], row["model"]))
+    for task, model in seen:
+        for position, by_length in mean_accuracy(rows, model=model, task=task).items():
+            cells = [task, model, position] + [f"{by_length[length]:.2f}" for length in lengths]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_plots(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+    """One figure per (task, model): accuracy against length, a curve per position kind; returns the paths."""
+    import matplotlib.pyplot as plt
+
+    from posenc_ref import plots
+
+    paths = []
+    pairs = dict.fromkeys((row["task"], row["model"]) for row in rows)
+    for task, model in pairs:
+        accuracy = mean_accuracy(rows, model=model, task=task)
+        lengths = sorted(next(iter(accuracy.values())))
+        curves = {position: [by_length[length] for length in lengths] for position, by_length in accuracy.items()}
+        train_length = rows[0]["train_length"]
+        figure = plots.plot_curves(lengths, curves, xlabel="input length", ylabel="exact match",
+                                   title=f"{task}, {model}", boundary=train_length + 0.5,
+                                   boundary_label=f"longest training input (L = {train_length})", markers=True)
+        path = Path(out_dir) / f"{task}_{model}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m posenc_ref.experiments",
+                                     description=__doc__.splitlines()[0].split(": ", 1)[-1])
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("length-generalization", help="train short, test long (see the module doc)")
+    command.add_argument("--out", required=True, metavar="DIR", help="where results.csv and the plots go")
+    command.add_argument("--quick", action="store_true", help="the small setting of the book build")
+    command.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when available)")
+    command.add_argument("--seeds", type=int, metavar="N", help="use seeds 0..N-1")
+    command.add_argument("--max-steps", type=int, metavar="N", help="training steps per run, at most")
+    command.add_argument("--positions", type=_names, metavar="A,B", help="position kinds (default: all)")
+    command.add_argument("--models", type=_names, metavar="A,B", help="encoder and/or decoder")
+    command.add_argument("--tasks", type=_names, metavar="A,B", help=f"tasks among {', '.join(TASKS)}")
+    command.add_argument("--eval-examples", type=int, metavar="N", help="examples scored per length")
+    command.add_argument("--threads", type=int, metavar="N",
+                         help="torch CPU threads (default 1 on the CPU: the models are too small to gain from "
+                              "more, and one thread gives the book's numbers)")
+    command.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizationSettings:
+    """The settings named by the command line: ``--quick`` or the full ones, with the overrides applied."""
+    settings = QUICK_SETTINGS if arguments.quick else FULL_SETTINGS
+    overrides: dict[str, Any] = {}
+    if arguments.seeds is not None:
+        overrides["seeds"] = tuple(range(check_positive_int("--seeds", arguments.seeds)))
+    for option, field in (("max_steps", "max_steps"), ("eval_examples", "eval_examples"),
+                          ("positions", "positions"), ("models", "models"), ("tasks", "tasks")):
+        value = getattr(arguments, option)
+        if value is not None:
+            overrides[field] = value
+    return dataclasses.replace(settings, **overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The command line; returns the rows it wrote."""
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    try:
+        settings = settings_from_arguments(arguments)
+        device = resolve_device(arguments.device)
+        threads = 1 if arguments.threads is None and device.type == "cpu" else arguments.threads
+        if threads is not None:
+            torch.set_num_threads(check_positive_int("--threads", threads))
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    print(f"length generalization ({'quick' if arguments.quick else 'full'}): device {device}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    begin = time.perf_counter()
+    rows = run_length_generalization(settings, out_dir=arguments.out, device=device,
+                                     progress=not arguments.no_progress)
+    print()
+    print(format_table(rows))
+    print(f"\nwrote {Path(arguments.out) / 'results.csv'} ({len(rows)} rows) and the plots "
+          f"in {time.perf_counter() - begin:.0f} s")
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

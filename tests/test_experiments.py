@@ -1,0 +1,174 @@
+"""posenc_ref.experiments: the CLI writes a complete results.csv; settings, tables and plots."""
+
+import csv
+import dataclasses
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc_ref.attention import POSITION_KINDS
+from posenc_ref.experiments import (
+    CSV_COLUMNS,
+    FULL_SETTINGS,
+    QUICK_SETTINGS,
+    LengthGeneralizationSettings,
+    format_table,
+    main,
+    mean_accuracy,
+    run_length_generalization,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED_COLUMNS = {"position", "model", "task", "length", "accuracy", "seed"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is fastest, and two threads on a loaded 2-core machine are much slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def read_csv(path):
+    with open(path, newline="") as file:
+        reader = csv.DictReader(file)
+        return reader.fieldnames, list(reader)
+
+
+def test_quick_cli_writes_a_complete_results_csv_and_one_plot_per_model(tmp_path, capsys):
+    # The quick grid as it is, with a budget of two steps per run and few examples, to stay fast.
+    main(["length-generalization", "--quick", "--device", "cpu", "--max-steps", "2", "--eval-examples", "4",
+          "--no-progress", "--out", str(tmp_path)])
+    header, rows = read_csv(tmp_path / "results.csv")
+    assert REQUIRED_COLUMNS <= set(header)
+    expected_keys = set(itertools.product(
+        QUICK_SETTINGS.positions, QUICK_SETTINGS.models, QUICK_SETTINGS.tasks,
+        [str(seed) for seed in QUICK_SETTINGS.seeds], [str(length) for length in QUICK_SETTINGS.eval_lengths],
+    ))
+    keys = [(row["position"], row["model"], row["task"], row["seed"], row["length"]) for row in rows]
+    assert len(keys) == len(set(keys)) and set(keys) == expected_keys
+    assert set(QUICK_SETTINGS.positions) == set(POSITION_KINDS)
+    assert max(QUICK_SETTINGS.eval_lengths) == 3 * QUICK_SETTINGS.train_length
+    for row in rows:
+        accuracy = float(row["accuracy"])
+        assert row["examples"] == "4" and (4 * accuracy).is_integer() and 0.0 <= accuracy <= 1.0
+        assert row["in_training_range"] == str(int(row["length"]) <= QUICK_SETTINGS.train_length)
+        assert row["train_steps"] in ("1", "2")
+    for task, model in itertools.product(QUICK_SETTINGS.tasks, QUICK_SETTINGS.models):
+        assert (tmp_path / f"{task}_{model}.png").stat().st_size > 0
+    assert "| task | model | position |" in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    command = [sys.executable, "-m", "posenc_ref.experiments", "length-generalization", "--quick",
+               "--device", "cpu", "--positions", "alibi", "--models", "decoder", "--max-steps", "1",
+               "--eval-examples", "2", "--no-progress", "--out", str(tmp_path)]
+    completed = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert completed.returncode == 0, completed.stderr
+    header, rows = read_csv(tmp_path / "results.csv")
+    assert header == list(CSV_COLUMNS)
+    assert len(rows) == len(QUICK_SETTINGS.eval_lengths) and {row["position"] for row in rows} == {"alibi"}
+
+
+def test_cli_names_a_bad_option():
+    with pytest.raises(SystemExit):
+        main(["length-generalization", "--quick", "--positions", "xpos", "--out", "unused"])
+
+
+def test_position_options_size_every_table_for_the_lengths_it_meets():
+    # bites at length 24: 24 tokens, the separator and two answer tokens.
+    assert QUICK_SETTINGS.position_options("learned", "decoder", "bites") == {"max_len": 24 + 1 + 2}
+    assert FULL_SETTINGS.position_options("learned", "encoder", "recall") == {"max_len": 2 * 48 + 2 + 1}
+    assert QUICK_SETTINGS.position_options("shaw", "encoder", "bites") == {"max_distance": 8}
+    assert QUICK_SETTINGS.position_options("t5", "encoder", "bites") == {"num_buckets": 16, "max_distance": 8}
+    assert QUICK_SETTINGS.position_options("t5", "decoder", "bites") == {"num_buckets": 8, "max_distance": 8}
+    assert QUICK_SETTINGS.position_options("rope", "decoder", "bites") == {}
+
+
+def test_every_t5_bucket_and_shaw_row_is_reached_by_offsets_inside_the_training_length():
+    from posenc_ref.relative import relative_position_bucket
+
+    length = QUICK_SETTINGS.train_length
+    for model, bidirectional in (("encoder", True), ("decoder", False)):
+        options = QUICK_SETTINGS.position_options("t5", model, "bites")
+        inside = torch.arange(-length, length + 1)
+        everywhere = torch.arange(-1000, 1001)
+        reached = relative_position_bucket(inside, bidirectional=bidirectional, **options)
+        reachable = relative_position_bucket(everywhere, bidirectional=bidirectional, **options)
+        # (bidirectional buckets: bucket num_buckets / 2 would be offset +0, which takes bucket 0: none reach it)
+        assert set(reached.tolist()) == set(reachable.tolist())
+        assert len(set(reachable.tolist())) == options["num_buckets"] - bidirectional
+    assert QUICK_SETTINGS.position_options("shaw", "encoder", "bites")["max_distance"] <= length
+
+
+def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the_training_length():
+    assert set(FULL_SETTINGS.tasks) == {"copy", "reverse", "bites", "recall"}
+    assert len(FULL_SETTINGS.seeds) >= 3
+    assert max(FULL_SETTINGS.eval_lengths) == 3 * FULL_SETTINGS.train_length
+    assert FULL_SETTINGS.num_symbols >= max(FULL_SETTINGS.eval_lengths)  # recall's keys are distinct
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"positions": ("rope", "xpos")}, "positions must be one of"),
+    ({"positions": ("rope", "rope")}, "must not repeat"),
+    ({"models": ()}, "models must be a non-empty sequence"),
+    ({"tasks": "bites"}, "tasks must be a non-empty sequence"),
+    ({"eval_lengths": (8, 4)}, "ascending"),
+    ({"eval_lengths": (2, 4)}, "length must be an int >= 3"),
+    ({"tasks": ("recall",), "eval_lengths": (4, 20)}, "length <= num_symbols"),
+    ({"seeds": ()}, "seeds must be a non-empty sequence"),
+    ({"backend": "triton"}, "backend must be one of"),
+    ({"max_steps": 0}, "max_steps"),
+])
+def test_bad_settings_are_named(change, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        dataclasses.replace(QUICK_SETTINGS, **change)
+
+
+def test_run_rejects_something_that_is_not_settings(tmp_path):
+    with pytest.raises(TypeError, match="settings must be a LengthGeneralizationSettings"):
+        run_length_generalization({"tasks": ("copy",)}, out_dir=tmp_path)
+
+
+def fake_rows():
+    rows = []
+    for seed, accuracy_at_4, accuracy_at_8 in ((0, 1.0, 0.25), (1, 0.5, 0.75)):
+        for length, accuracy in ((4, accuracy_at_4), (8, accuracy_at_8)):
+            rows.append({"position": "rope", "model": "decoder", "task": "copy", "seed": seed, "length": length,
+                         "accuracy": accuracy, "train_length": 4})
+    rows.append({"position": "none", "model": "decoder", "task": "copy", "seed": 0, "length": 4,
+                 "accuracy": 0.2, "train_length": 4})
+    rows.append({"position": "none", "model": "decoder", "task": "copy", "seed": 0, "length": 8,
+                 "accuracy": 0.0, "train_length": 4})
+    return rows
+
+
+def test_mean_accuracy_averages_over_seeds():
+    means = mean_accuracy(fake_rows(), model="decoder", task="copy")
+    assert means == {"rope": {4: 0.75, 8: 0.5}, "none": {4: 0.2, 8: 0.0}}
+    with pytest.raises(ValueError, match="no results for model='encoder'"):
+        mean_accuracy(fake_rows(), model="encoder", task="copy")
+
+
+def test_format_table_has_a_line_per_position_and_marks_the_trained_lengths():
+    lines = format_table(fake_rows()).splitlines()
+    assert lines[0] == "| task | model | position | 4* | 8 |"
+    assert lines[2] == "| copy | decoder | rope | 0.75 | 0.50 |"
+    assert lines[3] == "| copy | decoder | none | 0.20 | 0.00 |"
+    assert format_table(fake_rows(), lengths=[8]).splitlines()[2] == "| copy | decoder | rope | 0.50 |"
+    with pytest.raises(ValueError, match=r"lengths \[6\] were not evaluated"):
+        format_table(fake_rows(), lengths=[6])
+
+
+def test_settings_are_a_frozen_dataclass_with_the_quick_defaults():
+    assert LengthGeneralizationSettings() == QUICK_SETTINGS
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        QUICK_SETTINGS.max_steps = 5

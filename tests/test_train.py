@@ -1,0 +1,202 @@
+"""posenc_ref.train: the sequence layouts, exact match, training steps for every kind, evaluation, errors."""
+
+import pytest
+import torch
+from torch import nn
+
+from posenc_ref.attention import POSITION_KINDS
+from posenc_ref.models import build_model
+from posenc_ref.tasks import BLANK, TASKS, TaskBatch, make_batch, vocabulary_size
+from posenc_ref.train import (
+    TrainSettings,
+    answer_logits,
+    evaluate,
+    exact_match,
+    model_inputs,
+    resolve_device,
+    train_model,
+)
+
+SYMBOLS = 8
+VOCABULARY = vocabulary_size(SYMBOLS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is fastest, and two threads on a loaded 2-core machine are much slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def tiny(model, position, **options):
+    torch.manual_seed(0)
+    return build_model(model, VOCABULARY, position, d_model=16, num_heads=2, num_layers=1, **options)
+
+
+def hand_batch():
+    prompts = torch.tensor([[5, 6, 7, 0], [8, 9, 10, 0]])  # (2, 4): three symbols and the separator
+    answers = torch.tensor([[5, 6, 7], [8, 9, 10]])  # (2, 3)
+    return TaskBatch("copy", 3, prompts, answers)
+
+
+def test_decoder_reads_the_prompt_then_the_answer_without_its_last_token():
+    assert model_inputs(hand_batch(), causal=True).tolist() == [[5, 6, 7, 0, 5, 6], [8, 9, 10, 0, 8, 9]]
+
+
+def test_encoder_reads_the_prompt_then_one_blank_per_answer_token():
+    expected = [[5, 6, 7, 0, BLANK, BLANK, BLANK], [8, 9, 10, 0, BLANK, BLANK, BLANK]]
+    assert model_inputs(hand_batch(), causal=False).tolist() == expected
+
+
+class PositionEcho(nn.Module):
+    """Stand-in model whose logits at position t are a one-hot of t: the arg-max says which position spoke."""
+
+    def __init__(self, causal):
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, tokens):
+        batch, seq = tokens.shape
+        return torch.eye(seq, 16).expand(batch, seq, 16)  # (batch, seq, 16)
+
+
+@pytest.mark.parametrize(("causal", "positions"), [(True, [3, 4, 5]), (False, [4, 5, 6])])
+def test_answer_logits_come_from_the_positions_that_predict_the_answer(causal, positions):
+    logits = answer_logits(PositionEcho(causal), hand_batch())
+    assert tuple(logits.shape) == (2, 3, 16)
+    assert logits.argmax(dim=-1).tolist() == [positions, positions]
+
+
+def test_exact_match_needs_every_answer_token_right():
+    answers = torch.tensor([[1, 2], [1, 2], [3, 3]])
+    predicted = torch.tensor([[1, 2], [1, 0], [0, 0]])
+    logits = nn.functional.one_hot(predicted, 4).float()  # (3, 2, 4)
+    assert exact_match(logits, answers).tolist() == [True, False, False]
+
+
+class CopyOracle(nn.Module):
+    """Stand-in encoder that solves copy by construction: slot i gets a one-hot of prompt token i."""
+
+    causal = False
+
+    def forward(self, tokens):
+        batch, seq = tokens.shape
+        length = (seq - 1) // 2
+        logits = torch.zeros(batch, seq, VOCABULARY)
+        for row in range(batch):
+            for i in range(length):
+                logits[row, length + 1 + i, tokens[row, i]] = 1.0
+        return logits
+
+
+class AlwaysSeparator(CopyOracle):
+    def forward(self, tokens):
+        logits = torch.zeros(*tokens.shape, VOCABULARY)
+        logits[..., 0] = 1.0
+        return logits
+
+
+def test_evaluate_scores_an_oracle_one_and_a_constant_model_zero():
+    assert evaluate(CopyOracle(), "copy", 6, num_examples=20, batch_size=7, num_symbols=SYMBOLS) == 1.0
+    assert evaluate(AlwaysSeparator(), "copy", 6, num_examples=20, num_symbols=SYMBOLS) == 0.0
+
+
+def test_evaluate_uses_the_same_examples_for_a_seed():
+    model = tiny("decoder", "rope")
+    first = evaluate(model, "bites", 5, num_examples=64, seed=3, num_symbols=SYMBOLS)
+    assert first == evaluate(model, "bites", 5, num_examples=64, seed=3, num_symbols=SYMBOLS)
+
+
+@pytest.mark.parametrize("position", list(POSITION_KINDS))
+@pytest.mark.parametrize("model_kind", ["encoder", "decoder"])
+def test_every_kind_trains_a_step_and_evaluates_on_longer_inputs(position, model_kind):
+    task, train_length, long_length = "bites", 5, 15
+    options = {"max_len": TASKS[task].sequence_length(long_length)} if position == "learned" else {}
+    model = tiny(model_kind, position, **options)
+    before = [parameter.detach().clone() for parameter in model.parameters()]
+    settings = TrainSettings(min_length=3, max_length=train_length, max_steps=2, batch_size=8,
+                             check_every=1, check_examples=8, num_symbols=SYMBOLS)
+    result = train_model(model, task, settings, progress=False)
+    assert result.steps in (1, 2) and result.loss == result.loss  # a number, not NaN
+    changed = [not torch.equal(old, new) for old, new in zip(before, model.parameters(), strict=True)]
+    assert sum(changed) >= len(changed) - 1  # every weight moves (a zero-gradient table row aside)
+    accuracy = evaluate(model, task, long_length, num_examples=16, num_symbols=SYMBOLS)
+    assert 0.0 <= accuracy <= 1.0
+
+
+def test_learned_table_sized_for_training_fails_beyond_it_with_its_clear_error():
+    train_length = 5
+    model = tiny("decoder", "learned", max_len=TASKS["copy"].sequence_length(train_length))
+    settings = TrainSettings(min_length=1, max_length=train_length, max_steps=1, batch_size=4,
+                             num_symbols=SYMBOLS)
+    train_model(model, "copy", settings, progress=False)
+    assert 0.0 <= evaluate(model, "copy", train_length, num_examples=8, num_symbols=SYMBOLS) <= 1.0
+    with pytest.raises(ValueError, match="a learned table has no rows beyond max_len"):
+        evaluate(model, "copy", train_length + 1, num_examples=8, num_symbols=SYMBOLS)
+
+
+def test_training_is_reproducible_for_a_seed():
+    settings = TrainSettings(min_length=1, max_length=4, max_steps=3, batch_size=8, num_symbols=SYMBOLS)
+    weights = []
+    for _ in range(2):
+        model = tiny("decoder", "alibi")
+        train_model(model, "reverse", settings, seed=4, progress=False)
+        weights.append(torch.cat([parameter.detach().flatten() for parameter in model.parameters()]))
+    torch.testing.assert_close(weights[0], weights[1], rtol=0, atol=0)
+
+
+def test_training_learns_a_short_copy_and_stops_at_the_target():
+    model = tiny("decoder", "rope")
+    settings = TrainSettings(min_length=1, max_length=2, max_steps=400, batch_size=32, learning_rate=1e-2,
+                             target_accuracy=0.95, check_every=10, num_symbols=4)
+    result = train_model(model, "copy", settings, progress=False)
+    assert result.reached_target and result.accuracy >= 0.95 and result.steps < 400
+    assert evaluate(model, "copy", 2, num_examples=200, num_symbols=4) >= 0.9
+
+
+def test_progress_bar_goes_to_stderr_only_when_asked(capfd):
+    settings = TrainSettings(min_length=1, max_length=3, max_steps=2, batch_size=4, num_symbols=SYMBOLS)
+    train_model(tiny("encoder", "none"), "copy", settings, progress=False)
+    quiet = capfd.readouterr()
+    assert quiet.err == "" and quiet.out == ""
+    train_model(tiny("encoder", "none"), "copy", settings, progress=True, description="copy run")
+    assert "copy run" in capfd.readouterr().err
+
+
+def test_resolve_device_accepts_cpu_and_auto_and_rejects_others():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="device type must be one of"):
+        resolve_device("meta")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("gpu")
+
+
+@pytest.mark.parametrize(("options", "error", "match"), [
+    ({"min_length": 0}, ValueError, "min_length must be an int >= 1"),
+    ({"max_length": 2, "min_length": 3}, ValueError, "max_length must be an int >= 3"),
+    ({"max_steps": 0}, ValueError, "max_steps"),
+    ({"learning_rate": 0}, ValueError, "learning_rate must be > 0"),
+    ({"target_accuracy": 0.0}, ValueError, "target_accuracy must be in"),
+    ({"target_accuracy": 1.0}, ValueError, "target_accuracy must be in"),
+    ({"weight_decay": -1}, ValueError, "weight_decay must be"),
+    ({"check_examples": 0}, ValueError, "check_examples"),
+])
+def test_bad_settings_are_named(options, error, match):
+    with pytest.raises(error, match=match):
+        TrainSettings(**{"min_length": 1, "max_length": 4, **options})
+
+
+def test_training_rejects_a_length_range_the_task_does_not_allow():
+    settings = TrainSettings(min_length=1, max_length=4, max_steps=1)
+    with pytest.raises(ValueError, match="length must be an int >= 3"):
+        train_model(tiny("decoder", "none"), "bites", settings, progress=False)
+    with pytest.raises(ValueError, match="task must be one of"):
+        train_model(tiny("decoder", "none"), "sort", settings, progress=False)
+
+
+def test_make_batch_on_the_training_device_matches_the_model():
+    batch = make_batch("copy", 3, 2, rng=0, device="cpu")
+    assert batch.prompts.device.type == "cpu" and batch.prompts.dtype == torch.int64
