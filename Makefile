@@ -17,7 +17,7 @@ MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extension
 CODE_HASH_FILE := _build/.posenc_ref.hash
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: book test install lint clean mathjax chromium
+.PHONY: book test install lint clean mathjax chromium bubblewrap
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
+# The grader runs every student's kernel in bubblewrap (autograder/sandbox.py).
+BWRAP := /usr/bin/bwrap
+$(BWRAP):
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap
+
+bubblewrap: $(BWRAP)
+
 # A failed build also drops Sphinx's environment: an incremental build does not repeat the warnings of
 # pages it does not read again, so the next build reads every page (executed notebooks stay cached).
 book: $(INSTALLED) $(MATHJAX)
@@ -61,7 +69,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
 # The browser test (tests/test_book.py) opens every page of the built book in Chromium.
-test: lint book $(CHROMIUM)
+test: lint book $(CHROMIUM) $(BWRAP)
 	$(BIN)/python -m pytest
 
 clean:

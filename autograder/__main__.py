@@ -52,6 +52,19 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a cell may run (default: nbgrader_config.py)",
     )
 
+    for option, unit in (
+        ("--memory-mb", "address space of each kernel, in MB"),
+        ("--cpu-seconds", "CPU seconds of each kernel"),
+        ("--processes", "processes and threads each kernel may add"),
+        ("--file-size-mb", "largest file a kernel may write, in MB"),
+    ):
+        grade.add_argument(option, type=_positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
+    grade.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run kernels without bubblewrap (limits only); report.txt says so",
+    )
+
     check = commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel")
     check.add_argument("notebook", type=Path)
     check.add_argument("--timeout", type=_positive_int, default=120, help="seconds a cell may run")
@@ -88,9 +101,25 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
+        from dataclasses import replace
+
+        from autograder.grade import configured_limits
+
+        limits = configured_limits()
+        chosen = {
+            name: getattr(arguments, name)
+            for name in limits.__dataclass_fields__
+            if getattr(arguments, name) is not None
+        }
         try:
             results = grade(
-                arguments.path, arguments.out, jobs=arguments.jobs, timeout=arguments.timeout, report=report
+                arguments.path,
+                arguments.out,
+                jobs=arguments.jobs,
+                timeout=arguments.timeout,
+                report=report,
+                limits=replace(limits, **chosen),
+                sandbox=not arguments.no_sandbox,
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)

@@ -34,9 +34,13 @@ def write_kernelspec(jupyter_directory: Path) -> Path:
     kernel_directory = jupyter_directory / "kernels" / KERNEL_NAME
     kernel_directory.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # The launcher starts the kernel in its sandbox when the grader asks for one (autograder.sandbox),
+        # as a plain ipykernel otherwise; a sandboxed kernel is in a session of its own, out of reach of
+        # signals to the launcher's process group, so interrupts are sent as messages.
+        "argv": [sys.executable, "-m", "autograder.sandbox", "{connection_file}"],
         "display_name": "Python 3 (ipykernel)",
         "language": "python",
+        "interrupt_mode": "message",
         "metadata": {"debugger": False},
     }
     (kernel_directory / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
@@ -76,12 +80,19 @@ def kernel_environment_set(jupyter_directory: Path) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def load_config(course_root: Path, *, timeout: int | None = None):
-    """The course's nbgrader configuration with ``course_root`` as the course directory."""
+def load_config(course_root: Path, *, timeout: int | None = None, sockets: Path | None = None):
+    """The course's nbgrader configuration with ``course_root`` as the course directory.
+
+    ``sockets``: kernels talk to nbgrader over Unix sockets named ``<sockets>-<n>`` (a sandboxed kernel has no
+    network).
+    """
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader(CONFIG_FILE.name, path=str(CONFIG_FILE.parent)).load_config()
     config.CourseDirectory.root = str(course_root)
+    if sockets is not None:
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(sockets)
     if timeout is not None:
         config.Execute.timeout = timeout
     return config

@@ -7,7 +7,10 @@ PATH is a folder of ``<student>/<assignment>/<notebook>.ipynb`` or a zip of one.
    a feedback page with the reason;
 2. a worker process grades it with nbgrader (autograde, then generate_feedback) in a course directory of
    its own, a copy of the template course holding the sources and the gradebook; nbgrader runs the notebook
-   in a fresh kernel with the hidden tests put back;
+   in a fresh kernel, sandboxed (:mod:`autograder.sandbox`), with the kernel part of the hidden tests put
+   back: the expected values and the checks were cut out of the template gradebook
+   (:func:`harden_gradebook`) and are decided in the worker on the values the kernel reported
+   (:mod:`autograder.verdict`), which replace nbgrader's scores for those cells;
 3. the scores per item are read from that gradebook, the failure message of each test from the autograded
    notebook, and the grader's notes are put on top of nbgrader's feedback page.
 
@@ -32,6 +35,7 @@ points are part of ``max_score``, as in nbgrader.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import csv
 import multiprocessing
 import os
@@ -46,11 +50,22 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import ASSIGNMENTS
+from autograder import ASSIGNMENTS, REPOSITORY
 from autograder.course import NbgraderError, TemporaryCourse, kernel_environment, load_config, run_app
 from autograder.feedback import Item, add_notes, ungraded_page
+from autograder.sandbox import ENVIRONMENT_VARIABLE, Limits, Settings, bwrap_problem
 from autograder.sanitize import Prepared, prepare
 from autograder.submissions import collect, extract_notebooks
+from autograder.verdict import (
+    Split,
+    decide,
+    hidden_section,
+    kernel_cell_source,
+    new_marker,
+    parse_reports,
+    reported_text,
+    split_hidden_tests,
+)
 
 EXPORT_COLUMNS = (
     "assignment",
@@ -116,6 +131,11 @@ class Task:
     feedback: Path
     log: Path
     timeout: int | None
+    splits: dict[str, Split] = field(default_factory=dict)  # test cells decided in the grader, by grade_id
+    marker: str = ""
+    hidden: tuple[str, ...] = ()  # paths the kernel must not see
+    limits: Limits = field(default_factory=Limits)
+    use_bwrap: bool = True
 
 
 def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:
@@ -163,12 +183,47 @@ def _failure_messages(autograded: Path) -> dict[str, str]:
     return messages
 
 
-def _items_from_gradebook(course_root: Path, task: Task) -> list[Item]:
+def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
+    """Decide the split test cells from their reports; write the scores into the gradebook.
+
+    nbgrader's own score for such a cell (did it raise in the student's kernel?) is replaced: the cell passes
+    when the grader's checks pass on the values the kernel reported, and only then. Returns the failure
+    message of each split cell that failed.
+    """
+    from nbgrader.api import Gradebook
+
+    if not task.splits:
+        return {}
+    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    cells = {}
+    if autograded.exists():
+        for cell in nbformat.read(autograded, as_version=4).cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in task.splits:
+                cells[grade_id] = cell
+    kernel_errors = _failure_messages(autograded)
+    messages = {}
+    points = {item.grade_id: item.points for item in task.layout}
+    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
+        for grade_id, split in task.splits.items():
+            cell = cells.get(grade_id)
+            reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
+            passed, message = decide(split, reports, problem or kernel_errors.get(grade_id))
+            grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)
+            grade.auto_score = points.get(grade_id, 0.0) if passed else 0.0
+            if not passed:
+                messages[grade_id] = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+        gradebook.db.commit()
+    return messages
+
+
+def _items_from_gradebook(course_root: Path, task: Task, decided: dict[str, str]) -> list[Item]:
     from nbgrader.api import Gradebook
 
     messages = _failure_messages(
         course_root / "autograded" / task.student / task.assignment / task.notebook.name
     )
+    messages.update(decided)
     with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
         submitted = gradebook.find_submission_notebook(task.assignment, task.assignment, task.student)
         grades = {grade.name: (grade.score, grade.needs_manual_grade) for grade in submitted.grades}
@@ -195,7 +250,7 @@ def _items_from_gradebook(course_root: Path, task: Task) -> list[Item]:
 def _nbgrader_step(app_class, course_root: Path, task: Task, **config_updates) -> str:
     from nbgrader.coursedir import CourseDirectory
 
-    config = load_config(course_root, timeout=task.timeout)
+    config = load_config(course_root, timeout=task.timeout, sockets=task.directory / "runtime" / "kernel")
     for section, values in config_updates.items():
         for key, value in values.items():
             config[section][key] = value
@@ -237,6 +292,16 @@ def _write_ungraded(task: Task, reason: str) -> Result:
     return result
 
 
+def _set_sandbox(task: Task) -> None:
+    """The kernel of this task starts in a sandbox with a scratch folder and a runtime folder of its own."""
+    scratch, runtime = task.directory / "scratch", task.directory / "runtime"
+    scratch.mkdir(parents=True)
+    runtime.mkdir(parents=True)
+    settings = Settings(str(scratch), str(runtime), task.hidden, task.limits, task.use_bwrap)
+    os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
+
+
 def grade_task(task: Task) -> Result:
     """Grade one submission in a course directory of its own; never raises."""
     from nbgrader.converters import Autograde, GenerateFeedback
@@ -249,13 +314,15 @@ def grade_task(task: Task) -> Result:
         submitted = course_root / "submitted" / task.student / task.assignment
         submitted.mkdir(parents=True)
         shutil.copy2(task.notebook, submitted / task.notebook.name)
+        _set_sandbox(task)
         try:
             log.append(_nbgrader_step(Autograde, course_root, task))
         except NbgraderError as error:
             log.append(str(error))
             return _write_ungraded(task, _failure_reason(str(error)))
         notes = [*task.notes, *_timeout_notes(log[-1])]
-        items = _items_from_gradebook(course_root, task)
+        decided = _decide_outside_kernel(course_root, task)
+        items = _items_from_gradebook(course_root, task, decided)
         log.append(
             _nbgrader_step(GenerateFeedback, course_root, task, HTMLExporter={"template_name": "feedback"})
         )
@@ -281,6 +348,48 @@ def grade_task(task: Task) -> Result:
 # ---------------------------------------------------------------------------------------------------------
 # In the main process
 # ---------------------------------------------------------------------------------------------------------
+
+
+def harden_gradebook(
+    gradebook_path: Path, assignment: str, released: nbformat.NotebookNode, marker: str
+) -> tuple[dict[str, Split], list[str]]:
+    """Put the kernel part of every hidden test that can be split into the template gradebook.
+
+    nbgrader's autograde puts the test cells back from the gradebook's sources, so the kernel then runs only
+    the calls and the reporter; the expected values and the checks stay in the returned splits, for the
+    grader. Returns the splits by grade_id and the test cells left whole (graded in the kernel, as before).
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import compute_checksum
+
+    released_cells = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell for cell in released.cells}
+    splits, whole = {}, []
+    with Gradebook(f"sqlite:///{gradebook_path}") as gradebook:
+        notebook = gradebook.find_notebook(assignment, assignment)
+        for grade_cell in notebook.grade_cells:
+            source_cell = gradebook.find_source_cell(grade_cell.name, assignment, assignment)
+            hidden = hidden_section(source_cell.source or "")
+            if hidden is None:
+                continue
+            split = split_hidden_tests(hidden)
+            if split is None:
+                whole.append(grade_cell.name)
+                continue
+            source_cell.source = kernel_cell_source(source_cell.source, split, marker)
+            # nbgrader checks that a locked cell put back from the gradebook has the checksum stored there.
+            cell = copy.deepcopy(released_cells[grade_cell.name])
+            cell.source = source_cell.source
+            source_cell.checksum = compute_checksum(cell)
+            splits[grade_cell.name] = split
+        gradebook.db.commit()
+    return splits, sorted(whole)
+
+
+def configured_limits() -> Limits:
+    """The kernels' limits set in ``nbgrader_config.py`` (``c.AutograderSandbox.<field>``), else the defaults."""
+    section = load_config(Path(tempfile.gettempdir())).get("AutograderSandbox", {})
+    defaults = Limits()
+    return Limits(**{name: int(section.get(name, getattr(defaults, name))) for name in Limits.__dataclass_fields__})
 
 
 def _clear_outputs(out: Path) -> None:
@@ -375,6 +484,8 @@ def grade(
     jobs: int | None = None,
     timeout: int | None = None,
     report: Callable[[Result], None] | None = None,
+    limits: Limits | None = None,
+    sandbox: bool = True,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
@@ -384,6 +495,10 @@ def grade(
         jobs: parallel workers, >= 1; default one per core, at most 8 (and at most one per submission).
         timeout: seconds a cell may run before it is interrupted; default from ``nbgrader_config.py``.
         report: called with each result as soon as it is ready.
+        limits: the resource limits of each kernel; default from ``nbgrader_config.py``
+            (``c.AutograderSandbox``), else :class:`autograder.sandbox.Limits`.
+        sandbox: run each kernel in bubblewrap; when bwrap cannot run here (or ``sandbox`` is False) the
+            kernels run with the limits only and ``report.txt`` says so.
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
@@ -410,6 +525,27 @@ def grade(
             assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
         }
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
+        limits = limits or configured_limits()
+        problem = bwrap_problem() if sandbox else "the sandbox was turned off (--no-sandbox)"
+        if problem:
+            warnings_found.append(f"kernels ran WITHOUT a sandbox, with resource limits only: {problem}")
+        hidden = tuple(
+            str(hidden_path)
+            for hidden_path in (
+                work, out, path, REPOSITORY / "autograder" / "source", REPOSITORY / "tests", REPOSITORY / ".git"
+            )
+        )
+        marker = new_marker()
+        splits = {}
+        for assignment in assignments:
+            splits[assignment], whole = harden_gradebook(
+                course.gradebook, assignment, released[assignment], marker
+            )
+            if whole:
+                warnings_found.append(
+                    f"{assignment}: the hidden tests of {', '.join(whole)} run whole in the student's kernel "
+                    "(they check objects that cannot be reported); their grades rest on that kernel"
+                )
         results, tasks = [], []
         for index, submission in enumerate(collection.submissions):
             if submission.path is None:
@@ -431,6 +567,11 @@ def grade(
                 / f"{submission.assignment}.html",
                 log=out / "logs" / submission.student / f"{submission.assignment}.log",
                 timeout=timeout,
+                splits=splits[submission.assignment],
+                marker=marker,
+                hidden=hidden,
+                limits=limits,
+                use_bwrap=problem is None,
             )
             if prepared.notebook is None:
                 result = _write_ungraded(task, prepared.reason or "unknown")

@@ -19,3 +19,10 @@ c.Execute.timeout = 120
 # Keep feedback pages readable when a student prints a lot.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
+
+# The sandbox of every student's kernel while grading (autograder/sandbox.py): bubblewrap with these
+# resource limits (0: no limit). `python -m autograder grade --memory-mb ...` overrides them.
+c.AutograderSandbox.memory_mb = 4096  # address space; torch alone takes about 700 MB of it
+c.AutograderSandbox.cpu_seconds = 600  # CPU time of the whole kernel
+c.AutograderSandbox.processes = 64  # processes and threads beyond those the grading user already runs
+c.AutograderSandbox.file_size_mb = 64  # largest file the kernel may write

@@ -1,0 +1,123 @@
+"""``python -m autograder.bench``: notebooks graded per minute, plain ``nbgrader autograde`` against ours.
+
+A class is generated (``--students`` students, each with the full solution of every chosen assignment, taken
+from ``source/``), then graded twice in one run:
+
+1. plain nbgrader: one course, every submission in ``submitted/``, ``nbgrader autograde ASSIGNMENT`` for each
+   assignment, one notebook after another, kernels unsandboxed, hidden tests run in the student's kernel;
+2. ``python -m autograder grade`` (sandboxed when bwrap can run, ``--jobs`` workers, feedback pages included).
+
+It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned its points,
+so that a fast failure cannot pass for speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import ASSIGNMENTS, source_notebook
+from autograder.course import TemporaryCourse, kernel_environment_set, run_app
+
+SOLUTION_LINES = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def _solutions(assignment: str) -> dict[str, str]:
+    """The source's answer cells, markers removed, by grade_id."""
+    answers = {}
+    for cell in nbformat.read(source_notebook(assignment), as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [line for line in cell.source.splitlines() if line.strip() not in SOLUTION_LINES]
+            answers[meta["grade_id"]] = "\n".join(lines)
+    return answers
+
+
+def generate_class(root: Path, students: int, assignments: tuple[str, ...], released: dict[str, Path]) -> int:
+    """Write ``root/<student>/<assignment>/<assignment>.ipynb``; return the number of notebooks."""
+    for assignment in assignments:
+        notebook = nbformat.read(released[assignment], as_version=4)
+        answers = _solutions(assignment)
+        for cell in notebook.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in answers:
+                cell.source = answers[grade_id]
+        for index in range(students):
+            path = root / f"student{index:03d}" / assignment / f"{assignment}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, path)
+    return students * len(assignments)
+
+
+def plain_nbgrader(course: TemporaryCourse, submissions: Path, assignments: tuple[str, ...]) -> float:
+    """Seconds that ``nbgrader autograde`` takes on every submission, serially, in ``course``."""
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+
+    shutil.copytree(submissions, course.directory / "submitted")
+    start = time.perf_counter()
+    with kernel_environment_set(course.jupyter_directory):
+        for assignment in assignments:
+            config = course.config()
+            directory = CourseDirectory(config=config)
+            directory.assignment_id = assignment
+            app = Autograde(coursedir=directory, config=config)
+            app.create_student = True
+            run_app(app)
+    elapsed = time.perf_counter() - start
+    with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
+        for assignment in assignments:
+            for submission in gradebook.assignment_submissions(assignment):
+                if submission.score < submission.max_score:
+                    raise RuntimeError(f"plain nbgrader: {submission.student_id}/{assignment} lost points")
+    return elapsed
+
+
+def ours(submissions: Path, out: Path, jobs: int) -> tuple[float, bool]:
+    """Seconds that ``python -m autograder grade`` takes; and whether it ran sandboxed."""
+    from autograder.grade import grade
+
+    start = time.perf_counter()
+    results = grade(submissions, out, jobs=jobs)
+    elapsed = time.perf_counter() - start
+    for result in results:
+        if result.score < result.max_score:
+            raise RuntimeError(f"ours: {result.student}/{result.assignment} lost points")
+    return elapsed, "WITHOUT a sandbox" not in (out / "report.txt").read_text()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("assignments", nargs="*", default=list(ASSIGNMENTS))
+    arguments = parser.parse_args(argv)
+    assignments = tuple(arguments.assignments)
+    with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
+        work = Path(work_name)
+        course = TemporaryCourse(work / "plain", assignments)
+        released = {assignment: course.generate(assignment) for assignment in assignments}
+        count = generate_class(work / "class", arguments.students, assignments, released)
+        plain_seconds = plain_nbgrader(course, work / "class", assignments)
+        our_seconds, sandboxed = ours(work / "class", work / "out", arguments.jobs)
+    plain_rate, our_rate = 60 * count / plain_seconds, 60 * count / our_seconds
+    print(f"{count} notebooks ({arguments.students} students x {', '.join(assignments)}), {os.cpu_count()} cores")
+    print(f"plain nbgrader autograde, serial: {plain_seconds:.1f} s, {plain_rate:.1f} notebooks/minute")
+    print(
+        f"python -m autograder grade --jobs {arguments.jobs} ({'sandboxed' if sandboxed else 'NOT sandboxed'}): "
+        f"{our_seconds:.1f} s, {our_rate:.1f} notebooks/minute"
+    )
+    print(f"ratio: {our_rate / plain_rate:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Grades decided outside the student's kernel: the kernel reports values, the grader compares them.
+
+A hidden test written in ``source/`` mixes three things: inputs and calls of the student's code (they must run
+in the student's kernel), the expected values and known mistakes (constants), and the checks
+(``check_close``, ``check_expressions``, ``if ...: raise AnswerError(...)``). Student code runs first in the same
+kernel and can patch builtins, :mod:`autograder.answers`, torch or numpy, rewrite the cells that follow or
+hide their errors, so neither the constants nor the checks may run there.
+
+:func:`split_hidden_tests` cuts a hidden section, at grading time, into
+
+- the *kernel part*: the statements that call the student's code, with a reporter injected before every check:
+  it displays one line ``<marker> {"step": i, "values": {...}}`` holding, as JSON of plain numbers and strings,
+  the values the check needs, as display data of its own MIME type (a student's answer is encoded by exact type: ``int``, ``float``, ``str``,
+  ``bool``, ``None``, lists, tuples, dicts with ``str`` keys, sets, numpy numbers and arrays, torch tensors;
+  anything else is reported as unreadable);
+- the *grader part*: the constants and the checks, which :func:`decide` runs in the grader's process on the
+  values parsed strictly from the kernel's output (:func:`parse_reports`). The expected constants never
+  enter the kernel; a kernel that lies must know the right values to gain anything.
+
+A hidden section whose checks need an object that cannot be reported (a module, a tensor kept for its
+identity, a ``try`` around a call) is left whole in the kernel and graded by nbgrader as before;
+:func:`split_hidden_tests` returns ``None`` for it and the grader lists it in its report.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from autograder import answers
+
+HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
+HIDDEN_END = "### END HIDDEN TESTS"
+CHECKS = frozenset({"check_close", "check_expressions"})
+COERCIONS = frozenset(name for name in answers.__all__ if name.startswith("as_"))
+SECRET_PREFIXES = ("EXPECTED", "MISTAKES")
+MAX_REPORT_CHARS = 2_000_000  # per cell: the largest honest report is a few kilobytes
+MAX_DEPTH = 8
+SAFE_BUILTINS = (
+    *("abs", "all", "any", "bool", "dict", "enumerate", "float", "frozenset", "int", "isinstance", "len"),
+    *("list", "max", "min", "range", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip"),
+)
+_SET_TAG = "__set__"
+_UNREADABLE_TAG = "__unreadable__"
+REPORT_MIME = "text/x-autograder-report"  # not a stream: nbgrader's LimitOutput leaves it whole
+
+
+def new_marker() -> str:
+    """A marker for one grading run, which no student can know in advance."""
+    return f"AUTOGRADER-REPORT-{secrets.token_hex(16)}"
+
+
+def reported_text(cell: Any) -> str:
+    """The reporter's lines in a cell's outputs (display data of :data:`REPORT_MIME` only)."""
+    lines = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if output.get("output_type") == "display_data" else {}
+        text = data.get(REPORT_MIME)
+        if isinstance(text, list):
+            text = "".join(item for item in text if isinstance(item, str))
+        if isinstance(text, str):
+            lines.append(text)
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GraderStep:
+    """A check run in the grader: its source and the kernel values it needs, reported under ``step``."""
+
+    step: int
+    source: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A hidden section cut in two: the code for the kernel and the checks for the grader."""
+
+    kernel_source: str
+    constants: str  # literal constant assignments, run in the grader before the steps
+    steps: tuple[GraderStep, ...]
+
+
+class Unreadable:
+    """A value the kernel could not report as plain data; every coercion rejects it."""
+
+    def __repr__(self) -> str:
+        return f"<an object of type {type(self).__module__}.{type(self).__qualname__}>"
+
+
+def unreadable(type_name: str) -> Unreadable:
+    """An :class:`Unreadable` whose type carries the name the kernel gave, so that messages name it."""
+    module, _, qualname = type_name[:80].rpartition(".")
+    kind = type("Unreadable", (Unreadable,), {"__module__": module or "builtins", "__qualname__": qualname})
+    return kind()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cutting a hidden section
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _loaded_names(node: ast.AST) -> set[str]:
+    return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)}
+
+
+def _stored_names(node: ast.AST) -> set[str]:
+    stored = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store)}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.arg):
+            stored.add(sub.arg)
+        if isinstance(sub, ast.FunctionDef | ast.Lambda | ast.ClassDef) and hasattr(sub, "name"):
+            stored.add(sub.name)
+    return stored
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    return {
+        sub.func.id for sub in ast.walk(node) if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)
+    }
+
+
+def _is_check(statement: ast.stmt) -> bool:
+    for sub in ast.walk(statement):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in CHECKS:
+            return True
+        if isinstance(sub, ast.Raise) and sub.exc is not None:
+            target = sub.exc.func if isinstance(sub.exc, ast.Call) else sub.exc
+            if isinstance(target, ast.Name) and target.id == "AnswerError":
+                return True
+    return False
+
+
+def _literal_constant(statement: ast.stmt) -> str | None:
+    """The name of an ``UPPER = <literal>`` assignment (``frozenset("abg")`` included), else None."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return None
+    target = statement.targets[0]
+    if not (isinstance(target, ast.Name) and target.id.isupper()):
+        return None
+    value = statement.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "frozenset":
+        value = value.args[0] if len(value.args) == 1 and not value.keywords else None
+    literal_nodes = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.BinOp, ast.UnaryOp, ast.operator,
+                     ast.unaryop, ast.Load)
+    if value is None or not all(isinstance(node, literal_nodes) for node in ast.walk(value)):
+        return None
+    return target.id
+
+
+def _is_plain_expression(node: ast.expr, plain: set[str]) -> bool:
+    """Whether ``node`` evaluates to plain data: a coercion's result, a constant, or built from those."""
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id in COERCIONS
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in plain
+    if isinstance(node, ast.Subscript):
+        return _is_plain_expression(node.value, plain)
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return all(_is_plain_expression(element, plain) for element in node.elts)
+    if isinstance(node, ast.ListComp | ast.SetComp):
+        return _is_plain_expression(node.elt, plain | _stored_names(node))
+    if isinstance(node, ast.DictComp):
+        inner = plain | _stored_names(node)
+        return _is_plain_expression(node.key, inner) and _is_plain_expression(node.value, inner)
+    return False
+
+
+def split_hidden_tests(hidden: str) -> Split | None:
+    """Cut the code between the hidden-test markers in two (see the module's docstring); None if it cannot be."""
+    try:
+        tree = ast.parse(hidden)
+    except SyntaxError:
+        return None
+    statements = tree.body
+    constants = {name: index for index, s in enumerate(statements) if (name := _literal_constant(s))}
+    bound_in_code = set().union(*(_stored_names(s) for s in statements)) if statements else set()
+    imported = set()
+    for statement in statements:
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            imported |= {alias.asname or alias.name.split(".")[0] for alias in statement.names}
+    grader_names = set(answers.__all__) - {"call"} | set(SAFE_BUILTINS) | {"math"}
+    is_grader = [_is_check(s) and not isinstance(s, ast.Import | ast.ImportFrom) for s in statements]
+    # A statement that reads a secret constant runs in the grader too.
+    for index, statement in enumerate(statements):
+        ordinary = index not in constants.values() and not isinstance(statement, ast.Import | ast.ImportFrom)
+        secrets_read = [name for name in _loaded_names(statement) if name.startswith(SECRET_PREFIXES)]
+        if ordinary and any(name in constants for name in secrets_read):
+            is_grader[index] = True
+    plain: set[str] = set()
+    grader_bound: set[str] = set()
+    kernel_lines: list[str] = []
+    steps: list[GraderStep] = []
+    used_by_kernel: set[str] = set()
+    for index, statement in enumerate(statements):
+        segment = ast.get_source_segment(hidden, statement) or ""
+        if index in constants.values():
+            continue
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            kernel_lines.append(segment)
+            continue
+        if not is_grader[index]:
+            kernel_lines.append(segment)
+            used_by_kernel |= _loaded_names(statement)
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0]
+                if isinstance(target, ast.Name):
+                    (plain.add if _is_plain_expression(statement.value, plain) else plain.discard)(target.id)
+            else:
+                plain -= _stored_names(statement)
+            continue
+        local = _stored_names(statement)
+        needed = []
+        for name in sorted(_loaded_names(statement) - local - grader_bound - set(constants) - grader_names):
+            student_answer = name not in bound_in_code and name not in imported and not hasattr(builtins, name)
+            if name in _called_names(statement) or not (name in plain or student_answer):
+                return None  # the check needs an object that only the kernel holds
+            needed.append(name)
+        if any(name in grader_bound for name in used_by_kernel & local):
+            return None
+        step = len(steps)
+        kernel_lines.append(f"_autograder_report({step}, {{{', '.join(f'{n!r}: {n}' for n in needed)}}})")
+        steps.append(GraderStep(step, segment, tuple(needed)))
+        grader_bound |= local
+    if not steps:
+        return None
+    # A last, empty report says the kernel part ran to its end (a statement after the last check can fail too).
+    kernel_lines.append(f"_autograder_report({len(steps)}, {{}})")
+    steps.append(GraderStep(len(steps), "", ()))
+    needed_constants = {name for name in constants if name in used_by_kernel}
+    if any(name.startswith(SECRET_PREFIXES) for name in needed_constants):
+        return None
+    constant_sources = [ast.get_source_segment(hidden, statements[index]) or "" for index in constants.values()]
+    kernel_constants = [
+        ast.get_source_segment(hidden, statements[constants[name]]) or "" for name in sorted(needed_constants)
+    ]
+    return Split("\n".join([*kernel_constants, *kernel_lines]), "\n".join(constant_sources), tuple(steps))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The reporter injected into the kernel, and the strict reading of what it printed
+# ---------------------------------------------------------------------------------------------------------
+
+REPORTER = '''
+def _autograder_report(step, values, _marker={marker!r}):
+    import json as _json
+    import sys as _sys
+
+    def plain(value, depth=0):
+        kind = type(value)
+        if depth > {depth}:
+            return {{{unreadable!r}: "too deeply nested"}}
+        if value is None or kind in (bool, int, str):
+            return value
+        if kind is float:
+            return value if value == value and abs(value) != float("inf") else {{{unreadable!r}: repr(value)}}
+        if kind in (list, tuple):
+            return [plain(item, depth + 1) for item in value]
+        if kind in (set, frozenset):
+            items = [plain(item, depth + 1) for item in value]
+            return {{{set_tag!r}: sorted(items, key=repr)}}
+        if kind is dict and all(type(key) is str for key in value):
+            return {{key: plain(item, depth + 1) for key, item in value.items()}}
+        numpy, torch = _sys.modules.get("numpy"), _sys.modules.get("torch")
+        if numpy is not None and (kind is numpy.ndarray or kind in set(numpy.sctypeDict.values())):
+            return plain(value.tolist(), depth)
+        if torch is not None and kind in (torch.Tensor, torch.nn.Parameter):
+            return plain(value.detach().cpu().tolist(), depth)
+        return {{{unreadable!r}: kind.__module__ + "." + kind.__qualname__}}
+
+    from IPython.display import display as _display
+
+    line = _json.dumps({{"step": step, "values": {{key: plain(item) for key, item in values.items()}}}})
+    _display({{{mime!r}: _marker + " " + line}}, raw=True)
+'''
+
+
+def reporter_source(marker: str) -> str:
+    """The reporter function put at the top of every split hidden section."""
+    return REPORTER.format(
+        marker=marker, depth=MAX_DEPTH, unreadable=_UNREADABLE_TAG, set_tag=_SET_TAG, mime=REPORT_MIME
+    )
+
+
+def kernel_cell_source(cell_source: str, split: Split, marker: str) -> str:
+    """The test cell as the kernel runs it: the visible tests, the reporter and the kernel part."""
+    visible = cell_source.split(HIDDEN_BEGIN)[0]
+    return f"{visible}{HIDDEN_BEGIN}\n{reporter_source(marker)}\n{split.kernel_source}\n{HIDDEN_END}\n"
+
+
+def hidden_section(cell_source: str) -> str | None:
+    """The code between the hidden-test markers of a cell, or None."""
+    if HIDDEN_BEGIN not in cell_source or HIDDEN_END not in cell_source:
+        return None
+    return cell_source.split(HIDDEN_BEGIN, 1)[1].split(HIDDEN_END, 1)[0]
+
+
+def _decode(value: Any, depth: int = 0) -> Any:
+    if depth > MAX_DEPTH + 1:
+        raise ValueError("too deeply nested")
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError("a number that is not finite")
+        return value
+    if type(value) is list:
+        return [_decode(item, depth + 1) for item in value]
+    if type(value) is dict:
+        if set(value) == {_SET_TAG} and type(value[_SET_TAG]) is list:
+            items = [_decode(item, depth + 1) for item in value[_SET_TAG]]
+            if not all(type(item) in (bool, int, float, str) for item in items):
+                return unreadable("set")
+            return frozenset(items)
+        if set(value) == {_UNREADABLE_TAG}:
+            return unreadable(str(value[_UNREADABLE_TAG]))
+        return {key: _decode(item, depth + 1) for key, item in value.items()}
+    raise ValueError(f"a value of type {type(value).__name__}")
+
+
+def _reject_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not allowed")
+
+
+def parse_reports(text: str, marker: str, split: Split) -> tuple[dict[int, dict[str, Any]], str | None]:
+    """The values reported for each step, read from the cell's report outputs (:func:`reported_text`); and a problem, if any.
+
+    Only lines starting with ``marker`` count; each must be the JSON of ``{"step": i, "values": {...}}`` with
+    the steps in order, each once, and exactly the names that step needs. Anything else is a problem: the
+    steps read before it are kept, the others are missing (their checks fail).
+    """
+    reports: dict[int, dict[str, Any]] = {}
+    if len(text) > MAX_REPORT_CHARS:
+        return reports, "the test printed more than the grader reads"
+    for line in text.splitlines():
+        if not line.startswith(marker + " "):
+            continue
+        try:
+            data = json.loads(line[len(marker) + 1 :], parse_constant=_reject_constant)
+            step = data["step"] if type(data) is dict and set(data) == {"step", "values"} else None
+            if type(step) is not int or step != len(reports) or step >= len(split.steps):
+                return reports, "the test's report is out of order"
+            values = data["values"]
+            if type(values) is not dict or set(values) != set(split.steps[step].names):
+                return reports, "the test's report does not hold the values asked for"
+            reports[step] = {name: _decode(value) for name, value in values.items()}
+        except (ValueError, KeyError, RecursionError) as error:
+            return reports, f"the test's report could not be read ({error})"
+    return reports, None
+
+
+def _grader_namespace() -> dict[str, Any]:
+    namespace: dict[str, Any] = {name: getattr(answers, name) for name in answers.__all__ if name != "call"}
+    namespace["math"] = math
+    namespace["__builtins__"] = {name: getattr(builtins, name) for name in SAFE_BUILTINS}
+    return namespace
+
+
+def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
+    """Run the grader part on the reported values: (passed, message). Never raises."""
+    namespace = _grader_namespace()
+    try:
+        exec(compile(split.constants, "<expected values>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
+    except Exception as error:  # noqa: BLE001
+        return False, f"the grader could not load the expected values ({type(error).__name__})"
+    for step in split.steps:
+        if step.step not in reports:
+            return False, kernel_error or "the test did not report its values"
+        namespace.update(reports[step.step])
+        try:
+            exec(compile(step.source, "<check>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
+        except answers.AnswerError as error:
+            return False, str(error)
+        except Exception as error:  # noqa: BLE001 (an unreadable report is a failed check, not a crash)
+            return False, f"the answer could not be checked ({type(error).__name__}: {error})"[:600]
+    return True, ""

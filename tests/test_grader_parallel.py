@@ -1,0 +1,57 @@
+"""Parallel equals serial: ``--jobs 2`` writes the same grades.csv and items.csv as ``--jobs 1``.
+
+A small class (an honest student, one with the planted mistakes, one with objects that override comparison, for
+two assignments) is graded twice through the command line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from planted import CHEATS, OTHER_MISTAKES, filled, solutions, with_mistakes
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ("01_permutation", "06_comparison")
+
+
+def _class(root: Path) -> None:
+    for assignment in ASSIGNMENTS:
+        notebooks = {
+            "full": filled(assignment, solutions(assignment)),
+            "mistakes": with_mistakes(assignment, OTHER_MISTAKES[assignment]),
+        }
+        if assignment in CHEATS:
+            notebooks["cheat"] = with_mistakes(assignment, CHEATS[assignment])
+        for student, notebook in notebooks.items():
+            path = root / student / assignment / f"{assignment}.ipynb"
+            path.parent.mkdir(parents=True)
+            nbformat.write(notebook, path)
+
+
+def _grade(submissions: Path, out: Path, jobs: int) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--jobs", str(jobs)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+def test_parallel_grading_writes_the_same_csvs_as_serial_grading(tmp_path):
+    submissions = tmp_path / "submitted"
+    _class(submissions)
+    _grade(submissions, tmp_path / "serial", 1)
+    _grade(submissions, tmp_path / "parallel", 2)
+    for name in ("grades.csv", "items.csv"):
+        serial = (tmp_path / "serial" / name).read_text()
+        assert serial == (tmp_path / "parallel" / name).read_text(), name
+    grades = (tmp_path / "serial" / "grades.csv").read_text()
+    # The full solutions earn every point of both assignments: the grades are not trivially equal.
+    assert ",full,,,,9.0,0.0,9.0,9.0" in grades
