@@ -4,6 +4,7 @@ reports, and the decision; plus the sandbox's command line (autograder.sandbox).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,7 +129,7 @@ def test_the_sandbox_hides_paths_mounts_scratch_and_has_no_network(tmp_path):
     assert argv[-1] == "python"
 
 
-def test_limits_stop_an_allocation_beyond_the_memory_limit():
+def test_limits_stop_an_allocation_beyond_the_memory_limit(tmp_path):
     code = (
         "from autograder.sandbox import Limits, apply_limits\n"
         "apply_limits(Limits(memory_mb=1024, cpu_seconds=30, processes=0, file_size_mb=1))\n"
@@ -136,9 +137,11 @@ def test_limits_stop_an_allocation_beyond_the_memory_limit():
         "try:\n    open('big', 'wb').write(b'0' * 2 * 1024 ** 2)\nexcept OSError:\n    print('too big')\n"
     )
     completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert completed.stdout.split() == ["refused", "too", "big"], completed.stderr
+    assert (tmp_path / "big").stat().st_size == 1024**2  # cut at the 1 MiB file-size limit
 
 
 @pytest.mark.skipif(bwrap_problem() is not None, reason="bubblewrap cannot run here")
