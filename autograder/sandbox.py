@@ -95,9 +95,23 @@ def bwrap_problem() -> str | None:
     return None
 
 
+REPOSITORY = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir))
+
+
+def _needed_under_tmp() -> list[str]:
+    """What the kernel needs to start and lies under /tmp, which the sandbox replaces with an empty file
+    system: the Python environment and the two packages it imports from the repository (not the rest of the
+    repository), bound back read-only before the hidden folders are covered (autograder/source stays hidden)."""
+    packages = (os.path.join(REPOSITORY, "posenc_ref"), os.path.join(REPOSITORY, "autograder"))
+    needed = {os.path.realpath(path) for path in (sys.prefix, sys.base_prefix, *packages)}
+    return sorted(path for path in needed if os.path.commonpath([path, "/tmp"]) == "/tmp")
+
+
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
+    for path in _needed_under_tmp():
+        argv += ["--ro-bind", path, path]
     for path in settings.hidden:
         if os.path.isdir(path):
             argv += ["--tmpfs", path]

@@ -16,6 +16,7 @@ import html
 import os
 import re
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -130,8 +131,19 @@ def test_attack_earns_no_point_and_leaks_nothing(batch, attack):
     # What the probing attacks printed (their source, also on the page, has no "[" after the colon).
     reached = [ast.literal_eval(html.unescape(text)) for text in re.findall(r"REACHED: (\[[^<\n]*\])", page)]
     assert len(reached) == (1 if attack in PROBING else 0)
-    # The only folders a kernel may write to are its own scratch folder and the folder of its sockets.
-    assert all(Path(path).name in ("scratch", "runtime") for found in reached for path in found), reached
+    # The only folders a kernel may write to are its own scratch folder and the folder of its sockets; it may
+    # read besides only the public code it runs on (when these lie under /tmp, the sandbox shows them there).
+    assert all(Path(path).name in ("scratch", "runtime") or (attack == "read_files_nearby" and _public(path))
+               for found in reached for path in found), reached
+
+
+def _public(path: str) -> bool:
+    """Inside the Python environment or the repository's two packages, but not the exercises' source."""
+    path = Path(path).resolve()
+    roots = [Path(root).resolve() for root in (sys.prefix, sys.base_prefix)]
+    roots += [REPOSITORY.resolve() / "posenc_ref", REPOSITORY.resolve() / "autograder"]
+    return any(path.is_relative_to(root) for root in roots) and not path.is_relative_to(
+        REPOSITORY.resolve() / "autograder" / "source")
 
 
 def test_the_batch_completes_with_a_grade_for_every_submission(batch):
