@@ -111,7 +111,8 @@ def sinusoidal_table(
     - ``"halves"`` and ``"tensor2tensor"``: ``PE(p)_i = sin(p omega_i)``, ``PE(p)_{d/2+i} = cos(p omega_i)``.
 
     The angles ``p omega_i`` are computed in float64 and the table is cast to ``dtype`` at the end: in
-    float32 a position such as 10^8 is not even representable, and its angle would be off by whole turns.
+    float32 the position 10^8 + 1 is not even representable (it rounds to 10^8), and the fastest angle would be
+    off by a whole radian.
 
     Args:
         length: the number of positions, >= 1.
