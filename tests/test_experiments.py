@@ -27,13 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_COLUMNS = {"position", "model", "task", "length", "accuracy", "seed"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is fastest, and two threads on a loaded 2-core machine are much slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def read_csv(path):

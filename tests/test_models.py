@@ -12,13 +12,7 @@ KINDS = list(POSITION_KINDS)
 VOCABULARY, D_MODEL, HEADS, LAYERS = 11, 16, 2, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is fastest, and two threads on a loaded 2-core machine are much slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make(position, causal, **options):
