@@ -17,7 +17,7 @@ MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extension
 CODE_HASH_FILE := _build/.posenc_ref.hash
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: book test install lint clean mathjax chromium bubblewrap
+.PHONY: book test install lint clean mathjax chromium bubblewrap postgresql
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ $(BWRAP):
 
 bubblewrap: $(BWRAP)
 
+# tests/test_grader_gradebook.py starts Debian's PostgreSQL server on loopback for a gradebook test.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
+
 # A failed build also drops Sphinx's environment: an incremental build does not repeat the warnings of
 # pages it does not read again, so the next build reads every page (executed notebooks stay cached).
 book: $(INSTALLED) $(MATHJAX)
@@ -69,7 +74,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
 # The browser test (tests/test_book.py) opens every page of the built book in Chromium.
-test: lint book $(CHROMIUM) $(BWRAP)
+test: lint book $(CHROMIUM) $(BWRAP) postgresql
 	$(BIN)/python -m pytest
 
 clean:

@@ -57,8 +57,18 @@ def _parser() -> argparse.ArgumentParser:
         ("--cpu-seconds", "CPU seconds of each kernel"),
         ("--processes", "processes and threads each kernel may add"),
         ("--file-size-mb", "largest file a kernel may write, in MB"),
+        ("--output-kb", "output a cell may send the grader, in KB (the rest is cut)"),
     ):
         grade.add_argument(option, type=_positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
+    grade.add_argument(
+        "--db",
+        metavar="URL",
+        default=None,
+        help="the class's nbgrader gradebook, e.g. postgresql://user@host/name (default: sqlite:///OUT/gradebook.db)",
+    )
+    grade.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (by default one when stderr is a terminal)"
+    )
     grade.add_argument(
         "--no-sandbox",
         action="store_true",
@@ -92,14 +102,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
         return 0
     if arguments.command == "grade":
+        from tqdm import tqdm
+
         from autograder.grade import grade
 
         def report(result) -> None:
             status = f" (not graded: {result.reason})" if result.reason else ""
-            print(
-                f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}{status}",
-                flush=True,
-            )
+            line = f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}{status}"
+            tqdm.write(line, file=sys.stdout)
 
         from dataclasses import replace
 
@@ -120,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 report=report,
                 limits=replace(limits, **chosen),
                 sandbox=not arguments.no_sandbox,
+                db_url=arguments.db,
+                progress=not arguments.no_progress and sys.stderr.isatty(),
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
@@ -129,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"no <student>/<assignment>/ folder found in {arguments.path}; see report.txt",
                 file=sys.stderr,
             )
-        print(f"wrote grades.csv, items.csv, report.txt, feedback/ and logs/ in {arguments.out}")
+        written = "grades.csv, items.csv, report.txt, feedback/ and logs/"
+        if arguments.db:
+            from sqlalchemy.engine import make_url
+
+            gradebook = make_url(arguments.db).render_as_string(hide_password=True)
+        else:
+            gradebook = str(arguments.out / "gradebook.db")
+        print(f"wrote {written} in {arguments.out}; the gradebook is {gradebook}")
         return 0
     from autograder.check import check
 

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from autograder import CONFIG_FILE, REPOSITORY, source_notebook
+from autograder.gradebook import stamp_if_new
 
 KERNEL_NAME = "python3"
 
@@ -130,6 +131,7 @@ class TemporaryCourse:
             shutil.copy2(source_notebook(assignment), destination / f"{assignment}.ipynb")
         shutil.copy2(CONFIG_FILE, self.directory / CONFIG_FILE.name)
         write_kernelspec(self.jupyter_directory)
+        stamp_if_new(f"sqlite:///{self.gradebook}")  # saves nbgrader's run of the alembic program
 
     @property
     def gradebook(self) -> Path:

@@ -35,12 +35,12 @@ points are part of ``max_score``, as in nbgrader.
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import csv
 import multiprocessing
 import os
 import re
 import shutil
+import sys
 import tempfile
 import traceback
 import warnings
@@ -53,19 +53,12 @@ import nbformat
 from autograder import ASSIGNMENTS, REPOSITORY
 from autograder.course import NbgraderError, TemporaryCourse, kernel_environment, load_config, run_app
 from autograder.feedback import Item, add_notes, ungraded_page
+from autograder.gradebook import copy_assignments, open_gradebook, record
 from autograder.sandbox import ENVIRONMENT_VARIABLE, Limits, Settings, bwrap_problem
 from autograder.sanitize import Prepared, prepare
 from autograder.submissions import collect, extract_notebooks
-from autograder.verdict import (
-    Split,
-    decide,
-    hidden_section,
-    kernel_cell_source,
-    new_marker,
-    parse_reports,
-    reported_text,
-    split_hidden_tests,
-)
+from autograder.template import harden_gradebook, quiet_explorers
+from autograder.verdict import Split, decide, new_marker, parse_reports, reported_text
 
 EXPORT_COLUMNS = (
     "assignment",
@@ -264,6 +257,20 @@ def _nbgrader_step(app_class, course_root: Path, task: Task, **config_updates) -
     return run_app(app)
 
 
+def _autograde_config(limits: Limits) -> dict[str, dict]:
+    """nbgrader's autograde steps with :class:`autograder.execute.CappedExecute` in place of Execute."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
+    from autograder.execute import CappedExecute
+
+    steps = Autograde.class_traits()["autograde_preprocessors"].default()
+    return {
+        "Autograde": {"autograde_preprocessors": [CappedExecute if step is Execute else step for step in steps]},
+        "CappedExecute": {"max_output_bytes": limits.output_kb * 1024},
+    }
+
+
 def _failure_reason(log: str) -> str:
     """Why nbgrader could not run a notebook, from its log."""
     if "Kernel died" in log or "DeadKernelError" in log:
@@ -316,7 +323,7 @@ def grade_task(task: Task) -> Result:
         shutil.copy2(task.notebook, submitted / task.notebook.name)
         _set_sandbox(task)
         try:
-            log.append(_nbgrader_step(Autograde, course_root, task))
+            log.append(_nbgrader_step(Autograde, course_root, task, **_autograde_config(task.limits)))
         except NbgraderError as error:
             log.append(str(error))
             return _write_ungraded(task, _failure_reason(str(error)))
@@ -350,41 +357,6 @@ def grade_task(task: Task) -> Result:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def harden_gradebook(
-    gradebook_path: Path, assignment: str, released: nbformat.NotebookNode, marker: str
-) -> tuple[dict[str, Split], list[str]]:
-    """Put the kernel part of every hidden test that can be split into the template gradebook.
-
-    nbgrader's autograde puts the test cells back from the gradebook's sources, so the kernel then runs only
-    the calls and the reporter; the expected values and the checks stay in the returned splits, for the
-    grader. Returns the splits by grade_id and the test cells left whole (graded in the kernel, as before).
-    """
-    from nbgrader.api import Gradebook
-    from nbgrader.utils import compute_checksum
-
-    released_cells = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell for cell in released.cells}
-    splits, whole = {}, []
-    with Gradebook(f"sqlite:///{gradebook_path}") as gradebook:
-        notebook = gradebook.find_notebook(assignment, assignment)
-        for grade_cell in notebook.grade_cells:
-            source_cell = gradebook.find_source_cell(grade_cell.name, assignment, assignment)
-            hidden = hidden_section(source_cell.source or "")
-            if hidden is None:
-                continue
-            split = split_hidden_tests(hidden)
-            if split is None:
-                whole.append(grade_cell.name)
-                continue
-            source_cell.source = kernel_cell_source(source_cell.source, split, marker)
-            # nbgrader checks that a locked cell put back from the gradebook has the checksum stored there.
-            cell = copy.deepcopy(released_cells[grade_cell.name])
-            cell.source = source_cell.source
-            source_cell.checksum = compute_checksum(cell)
-            splits[grade_cell.name] = split
-        gradebook.db.commit()
-    return splits, sorted(whole)
-
-
 def configured_limits() -> Limits:
     """The kernels' limits set in ``nbgrader_config.py`` (``c.AutograderSandbox.<field>``), else the defaults."""
     section = load_config(Path(tempfile.gettempdir())).get("AutograderSandbox", {})
@@ -412,10 +384,7 @@ def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
     raise FileNotFoundError(f"{path} is neither a folder nor a zip file")
 
 
-def _run_tasks(
-    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, report: Callable[[Result], None]
-) -> list[Result]:
-    results = []
+def _run_tasks(tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Delivery) -> None:
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=jobs,
@@ -430,9 +399,55 @@ def _run_tasks(
                 result = future.result()
             except Exception as error:  # noqa: BLE001 (the worker process itself died)
                 result = _write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})")
-            report(result)
-            results.append(result)
-    return results
+            deliver(result)
+
+
+class Delivery:
+    """Where each result goes as soon as it is ready, in the main process: the class's gradebook (this is its
+    only writer), the progress bar and the caller's ``report``."""
+
+    def __init__(self, gradebook, report: Callable[[Result], None], total: int, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self.gradebook = gradebook
+        self.report = report
+        self.results: list[Result] = []
+        self.warnings: list[str] = []
+        self.bar = tqdm(total=total, unit="notebook", desc="grading", disable=not progress, file=sys.stderr)
+
+    def __call__(self, result: Result) -> None:
+        try:
+            record(self.gradebook, result)
+        except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
+            self.gradebook.db.rollback()
+            self.warnings.append(
+                f"{result.student}/{result.assignment} was not written into the gradebook "
+                f"({type(error).__name__}: {str(error)[:200]})"
+            )
+        self.results.append(result)
+        self.bar.update()
+        self.report(result)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.gradebook.close()
+
+
+def _open_class_gradebook(db_url: str):
+    """The class's gradebook at ``db_url`` (the course of ``nbgrader_config.py``); ValueError (password
+    hidden) when it cannot be opened."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    try:
+        shown = make_url(db_url).render_as_string(hide_password=True)
+    except ArgumentError as error:
+        raise ValueError(f"db_url must be a database URL such as sqlite:///gradebook.db, got {db_url!r}") from error
+    try:
+        course_id = load_config(Path(tempfile.gettempdir())).CourseDirectory.course_id
+        return open_gradebook(db_url, course_id)
+    except (SQLAlchemyError, ImportError) as error:
+        raise ValueError(f"db_url {shown}: the gradebook cannot be opened ({type(error).__name__}: {error})") from error
 
 
 def _export_row(result: Result) -> dict[str, str]:
@@ -486,6 +501,8 @@ def grade(
     report: Callable[[Result], None] | None = None,
     limits: Limits | None = None,
     sandbox: bool = True,
+    db_url: str | None = None,
+    progress: bool = False,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
@@ -499,21 +516,25 @@ def grade(
             (``c.AutograderSandbox``), else :class:`autograder.sandbox.Limits`.
         sandbox: run each kernel in bubblewrap; when bwrap cannot run here (or ``sandbox`` is False) the
             kernels run with the limits only and ``report.txt`` says so.
+        db_url: the class's nbgrader gradebook (:mod:`autograder.gradebook`), any SQLAlchemy URL nbgrader
+            supports; default ``sqlite:///<out>/gradebook.db``. It is updated, never cleared.
+        progress: show a progress bar on standard error.
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: ``path`` is a file that is not a zip, or a zip beyond the size limits; ``jobs`` < 1.
+        ValueError: ``path`` is a file that is not a zip, or a zip beyond the size limits; ``jobs`` < 1;
+            ``db_url`` is not a URL or its database cannot be opened.
     """
     path, out = Path(path).resolve(), Path(out).resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    report = report or (lambda result: None)
     _clear_outputs(out)
+    class_gradebook = _open_class_gradebook(db_url or f"sqlite:///{out / 'gradebook.db'}")
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
         root, warnings_found = _submission_root(path, work)
@@ -524,6 +545,8 @@ def grade(
         released = {
             assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
         }
+        with open_gradebook(f"sqlite:///{course.gradebook}") as template:
+            copy_assignments(template, class_gradebook, assignments)
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
         limits = limits or configured_limits()
         problem = bwrap_problem() if sandbox else "the sandbox was turned off (--no-sandbox)"
@@ -541,51 +564,56 @@ def grade(
             splits[assignment], whole = harden_gradebook(
                 course.gradebook, assignment, released[assignment], marker
             )
+            quiet_explorers(course.gradebook, assignment, released[assignment])
             if whole:
                 warnings_found.append(
                     f"{assignment}: the hidden tests of {', '.join(whole)} run whole in the student's kernel "
                     "(they check objects that cannot be reported); their grades rest on that kernel"
                 )
-        results, tasks = [], []
-        for index, submission in enumerate(collection.submissions):
-            if submission.path is None:
-                prepared = Prepared(None, "the folder holds no notebook")
-            else:
-                prepared = prepare(submission.path, released[submission.assignment])
-            task = Task(
-                student=submission.student,
-                assignment=submission.assignment,
-                notebook=work / "prepared" / str(index) / f"{submission.assignment}.ipynb",
-                template=course.directory,
-                directory=work / "tasks" / str(index),
-                layout=layouts[submission.assignment],
-                notes=(*submission.notes, *prepared.notes),
-                feedback=out
-                / "feedback"
-                / submission.student
-                / submission.assignment
-                / f"{submission.assignment}.html",
-                log=out / "logs" / submission.student / f"{submission.assignment}.log",
-                timeout=timeout,
-                splits=splits[submission.assignment],
-                marker=marker,
-                hidden=hidden,
-                limits=limits,
-                use_bwrap=problem is None,
-            )
-            if prepared.notebook is None:
-                result = _write_ungraded(task, prepared.reason or "unknown")
-                report(result)
-                results.append(result)
-            else:
-                task.notebook.parent.mkdir(parents=True)
-                nbformat.write(prepared.notebook, task.notebook)
-                tasks.append(task)
-        if tasks:
-            worker_logs = out / "logs"
-            worker_logs.mkdir(parents=True, exist_ok=True)
-            workers = min(jobs or min(os.cpu_count() or 1, MAX_DEFAULT_JOBS), len(tasks))
-            results += _run_tasks(tasks, workers, course.jupyter_directory, worker_logs, report)
+        deliver = Delivery(class_gradebook, report or (lambda result: None), len(collection.submissions), progress)
+        try:
+            tasks = []
+            for index, submission in enumerate(collection.submissions):
+                if submission.path is None:
+                    prepared = Prepared(None, "the folder holds no notebook")
+                else:
+                    prepared = prepare(submission.path, released[submission.assignment])
+                task = Task(
+                    student=submission.student,
+                    assignment=submission.assignment,
+                    notebook=work / "prepared" / str(index) / f"{submission.assignment}.ipynb",
+                    template=course.directory,
+                    directory=work / "tasks" / str(index),
+                    layout=layouts[submission.assignment],
+                    notes=(*submission.notes, *prepared.notes),
+                    feedback=out
+                    / "feedback"
+                    / submission.student
+                    / submission.assignment
+                    / f"{submission.assignment}.html",
+                    log=out / "logs" / submission.student / f"{submission.assignment}.log",
+                    timeout=timeout,
+                    splits=splits[submission.assignment],
+                    marker=marker,
+                    hidden=hidden,
+                    limits=limits,
+                    use_bwrap=problem is None,
+                )
+                if prepared.notebook is None:
+                    deliver(_write_ungraded(task, prepared.reason or "unknown"))
+                else:
+                    task.notebook.parent.mkdir(parents=True)
+                    nbformat.write(prepared.notebook, task.notebook)
+                    tasks.append(task)
+            if tasks:
+                worker_logs = out / "logs"
+                worker_logs.mkdir(parents=True, exist_ok=True)
+                workers = min(jobs or min(os.cpu_count() or 1, MAX_DEFAULT_JOBS), len(tasks))
+                _run_tasks(tasks, workers, course.jupyter_directory, worker_logs, deliver)
+        finally:
+            deliver.close()
+    results = deliver.results
+    warnings_found += deliver.warnings
     students = sorted({result.student for result in results})
     graded = {(result.student, result.assignment) for result in results}
     for assignment in assignments:

@@ -26,3 +26,4 @@ c.AutograderSandbox.memory_mb = 4096  # address space; torch alone takes about 7
 c.AutograderSandbox.cpu_seconds = 600  # CPU time of the whole kernel
 c.AutograderSandbox.processes = 64  # processes and threads beyond those the grading user already runs
 c.AutograderSandbox.file_size_mb = 64  # largest file the kernel may write
+c.AutograderSandbox.output_kb = 1024  # output a cell may send the grader; the rest is cut, with a note

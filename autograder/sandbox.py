@@ -16,7 +16,8 @@ the other submissions, the outputs or the tests (each mounted over by an empty t
 
 Limits (``setrlimit``, inherited by the kernel and its children): address space (memory), CPU seconds,
 processes (counted over the sandbox's real user, so the grader adds the processes that user already runs),
-file size. Output is limited by nbgrader's ``LimitOutput`` (lines per cell) and the size of a cell's report.
+file size. Output is capped on the grader's side, in bytes per cell (:mod:`autograder.execute`), then in lines
+by nbgrader's ``LimitOutput``.
 
 Fallback: where bwrap cannot run (a container without user namespaces, or bwrap not installed), the kernel
 runs with the limits only, and the grader writes a warning into ``report.txt``.
@@ -45,6 +46,7 @@ class Limits:
     cpu_seconds: int = 600
     processes: int = 64  # beyond those the sandbox's user already runs
     file_size_mb: int = 64
+    output_kb: int = 1024  # output a cell may send to the grader (autograder.execute); the rest is cut
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""The class's gradebook: one nbgrader database that only the grader's main process writes.
+
+Each worker grades a submission against a scratch copy of the template gradebook (SQLite, deleted with the
+worker's folder); the grades it returns are written here, one submission at a time, by the main process, so
+there is one writer whatever ``--jobs`` is. The database is any that nbgrader (SQLAlchemy) reaches through a
+URL: SQLite by default (``sqlite:///OUT/gradebook.db``), PostgreSQL for a course shared by several graders
+(``postgresql://user:password@host:port/name``; the driver is psycopg 3). Its contents are nbgrader's own, so
+``nbgrader export --db URL``, the formgrader (manual grading of the written answers) and nbgrader's Python API
+read it as they would read a gradebook that ``nbgrader autograde`` wrote.
+
+Grading again updates the automatic scores of the submissions graded; the manual scores given by an
+instructor, and the submissions of other students and assignments, are left as they were.
+
+New databases: nbgrader stamps a new gradebook with its schema version (alembic's head) by running the
+``alembic`` program, a few seconds per database; :func:`open_gradebook` writes the same stamp in-process.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nbgrader is imported lazily: it takes a second
+    from nbgrader.api import Gradebook
+
+    from autograder.grade import Result
+
+MANUAL_STATUS = "manual"  # the status of an item that waits for an instructor (autograder.grade)
+
+
+@functools.cache
+def alembic_head() -> str:
+    """The schema version of this nbgrader's gradebook (the head of its alembic migrations)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    with _temp_alembic_ini("sqlite://") as alembic_ini:
+        return ScriptDirectory.from_config(Config(alembic_ini)).get_current_head()
+
+
+def stamp_if_new(db_url: str) -> None:
+    """Give an empty database nbgrader's schema stamp (what ``Gradebook(db_url)`` would do by running alembic)."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(db_url, future=True)
+    try:
+        with engine.begin() as connection:
+            if inspect(connection).get_table_names():
+                return
+            connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            connection.execute(
+                text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": alembic_head()}
+            )
+    finally:
+        engine.dispose()
+
+
+def open_gradebook(db_url: str, course_id: str = "default_course") -> Gradebook:
+    """nbgrader's ``Gradebook`` of ``course_id`` at ``db_url``, created (tables and stamp) if the database is
+    empty."""
+    from nbgrader.api import Gradebook
+
+    stamp_if_new(db_url)
+    return Gradebook(db_url, course_id=course_id)
+
+
+def copy_assignments(source: Gradebook, target: Gradebook, assignments: Iterable[str]) -> None:
+    """Create or update, in ``target``, the assignments, notebooks and cells that ``source`` defines.
+
+    ``source`` is the gradebook that ``nbgrader generate_assignment`` filled (before any change made for
+    grading), so ``target`` holds the exercises exactly as released.
+    """
+    for assignment in assignments:
+        target.update_or_create_assignment(assignment)
+        for notebook in source.find_assignment(assignment).notebooks:
+            target.update_or_create_notebook(notebook.name, assignment)
+            for cell in notebook.grade_cells:
+                target.update_or_create_grade_cell(
+                    cell.name, notebook.name, assignment, max_score=cell.max_score, cell_type=cell.cell_type
+                )
+            for cell in notebook.solution_cells:
+                target.update_or_create_solution_cell(cell.name, notebook.name, assignment)
+            for cell in notebook.task_cells:
+                target.update_or_create_task_cell(
+                    cell.name, notebook.name, assignment, max_score=cell.max_score, cell_type=cell.cell_type
+                )
+            for cell in notebook.source_cells:
+                target.update_or_create_source_cell(
+                    cell.name,
+                    notebook.name,
+                    assignment,
+                    cell_type=cell.cell_type,
+                    locked=cell.locked,
+                    source=cell.source,
+                    checksum=cell.checksum,
+                )
+
+
+def record(gradebook: Gradebook, result: Result) -> None:
+    """Write one submission's grades: every item's automatic score, or that it waits for an instructor.
+
+    A written answer still to be graded by hand has no automatic score and needs a manual grade, as after
+    ``nbgrader autograde``, unless an instructor already gave it one; every other item gets its score (0 for
+    a submission that could not be graded).
+    """
+    from sqlalchemy.exc import SAWarning
+
+    gradebook.update_or_create_student(result.student)
+    with warnings.catch_warnings():
+        # nbgrader's add_submission builds its rows before adding them to the session, which SQLAlchemy 2
+        # reports while autoflushing; the rows are added all the same (the tests read them back).
+        warnings.filterwarnings("ignore", "Object of type", SAWarning)
+        gradebook.update_or_create_submission(result.assignment, result.student)
+    for item in result.items:
+        grade = gradebook.find_grade(item.grade_id, result.assignment, result.assignment, result.student)
+        if item.status == MANUAL_STATUS:
+            grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
+        else:
+            grade.auto_score, grade.needs_manual_grade = float(item.score), False
+    gradebook.db.commit()
