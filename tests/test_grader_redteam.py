@@ -137,6 +137,15 @@ def test_attack_earns_no_point_and_leaks_nothing(batch, attack):
                for found in reached for path in found), reached
 
 
+def test_no_feedback_page_holds_more_than_the_output_cap(batch):
+    # The attacks send 10 MB in lines, one 40 MB message and one 5 MB line; a cell keeps 1 MiB (the default
+    # output_kb), and a blank page with its styles is about 0.3 MB.
+    for attack in ("huge_output_and_files", "flood_one_message"):
+        page = _page(batch, attack)
+        assert len(page.encode()) < 2 * 1024 * 1024, (attack, len(page))
+        assert "the grader cut this cell&#39;s output here" in page or "the grader cut this cell's output here" in page
+
+
 def _public(path: str) -> bool:
     """Inside the Python environment or the repository's two packages, but not the exercises' source."""
     path = Path(path).resolve()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from planted import build_class
+from planted import build_class, grade_id, released
 
 pytestmark = pytest.mark.slow
 
@@ -410,3 +410,15 @@ def test_a_folder_of_files_that_cannot_be_graded_is_graded_without_running_a_ker
     assert "not valid JSON" in outcome["ada", "01_permutation"][2]
     assert "could not be graded" in feedback_page(tmp_path / "out", "ada", "01_permutation")
     assert not (tmp_path / "out" / "feedback" / "bob" / "01_permutation").exists()
+
+
+def test_explorer_cells_are_a_comment_while_grading(graded):
+    # The full 02_sinusoidal submission keeps the released explorer cells (widgets.*_explorer()); its grade is
+    # the full score above, and its feedback shows them as comments, with no widget or figure in the output.
+    explorers = [
+        cell for cell in released("02_sinusoidal").cells if (grade_id(cell) or "").startswith("explore_")
+    ]
+    assert len(explorers) == 4
+    page = feedback_page(graded, "full", "02_sinusoidal")
+    assert page.count("an explorer, not run while grading") == len(explorers)
+    assert "application/vnd.jupyter.widget-view+json" not in page

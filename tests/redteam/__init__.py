@@ -31,6 +31,12 @@ ATTACKS: dict[str, tuple[str, str]] = {
             pass
         answers.AnswerError = Quiet
         quiz_attention_symmetry = quiz_bag_of_words = "A"
+        # Wrong answers of the right shapes, which the visible tests accept.
+        import torch
+        def self_attention(x, w_query, w_key, w_value, causal=False):
+            return torch.zeros(x.shape[0], w_value.shape[1])
+        def equivariance_error(layer, x, permutation):
+            return 0.0
         """,
     ),
     "patch_builtins": (
@@ -223,6 +229,14 @@ ATTACKS: dict[str, tuple[str, str]] = {
                 handle.write(b"0" * (512 * 1024 * 1024))
         except OSError as error:
             print("file limit:", type(error).__name__)
+        """,
+    ),
+    "flood_one_message": (
+        "allocate without bound",
+        """
+        from IPython.display import display
+        display({"text/plain": "x" * 40_000_000}, raw=True)
+        print("y" * 5_000_000)
         """,
     ),
     "exit_the_interpreter": (
