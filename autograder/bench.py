@@ -7,8 +7,9 @@ from ``source/``), then graded twice in one run:
    assignment, one notebook after another, kernels unsandboxed, hidden tests run in the student's kernel;
 2. ``python -m autograder grade`` (sandboxed when bwrap can run, ``--jobs`` workers, feedback pages included).
 
-It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned its points,
-so that a fast failure cannot pass for speed.
+It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned all the
+points of its test cells (written answers wait for an instructor), so that a fast failure cannot pass for speed.
+Ours does not run the explorer cells (:mod:`autograder.template`); plain nbgrader runs every cell.
 """
 
 from __future__ import annotations
@@ -56,7 +57,16 @@ def generate_class(root: Path, students: int, assignments: tuple[str, ...], rele
     return students * len(assignments)
 
 
-def plain_nbgrader(course: TemporaryCourse, submissions: Path, assignments: tuple[str, ...]) -> float:
+def autograded_points(released: Path) -> float:
+    """The points of a released notebook's test cells (written answers wait for an instructor)."""
+    return sum(
+        float(cell.metadata["nbgrader"].get("points", 0))
+        for cell in nbformat.read(released, as_version=4).cells
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")
+    )
+
+
+def plain_nbgrader(course: TemporaryCourse, submissions: Path, points: dict[str, float]) -> float:
     """Seconds that ``nbgrader autograde`` takes on every submission, serially, in ``course``."""
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
@@ -65,7 +75,7 @@ def plain_nbgrader(course: TemporaryCourse, submissions: Path, assignments: tupl
     shutil.copytree(submissions, course.directory / "submitted")
     start = time.perf_counter()
     with kernel_environment_set(course.jupyter_directory):
-        for assignment in assignments:
+        for assignment in points:
             config = course.config()
             directory = CourseDirectory(config=config)
             directory.assignment_id = assignment
@@ -74,14 +84,14 @@ def plain_nbgrader(course: TemporaryCourse, submissions: Path, assignments: tupl
             run_app(app)
     elapsed = time.perf_counter() - start
     with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
-        for assignment in assignments:
+        for assignment, expected in points.items():
             for submission in gradebook.assignment_submissions(assignment):
-                if submission.score < submission.max_score:
+                if submission.score < expected:
                     raise RuntimeError(f"plain nbgrader: {submission.student_id}/{assignment} lost points")
     return elapsed
 
 
-def ours(submissions: Path, out: Path, jobs: int) -> tuple[float, bool]:
+def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> tuple[float, bool]:
     """Seconds that ``python -m autograder grade`` takes; and whether it ran sandboxed."""
     from autograder.grade import grade
 
@@ -89,7 +99,7 @@ def ours(submissions: Path, out: Path, jobs: int) -> tuple[float, bool]:
     results = grade(submissions, out, jobs=jobs)
     elapsed = time.perf_counter() - start
     for result in results:
-        if result.score < result.max_score:
+        if result.score < points[result.assignment]:
             raise RuntimeError(f"ours: {result.student}/{result.assignment} lost points")
     return elapsed, "WITHOUT a sandbox" not in (out / "report.txt").read_text()
 
@@ -106,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         course = TemporaryCourse(work / "plain", assignments)
         released = {assignment: course.generate(assignment) for assignment in assignments}
         count = generate_class(work / "class", arguments.students, assignments, released)
-        plain_seconds = plain_nbgrader(course, work / "class", assignments)
-        our_seconds, sandboxed = ours(work / "class", work / "out", arguments.jobs)
+        points = {assignment: autograded_points(released[assignment]) for assignment in assignments}
+        plain_seconds = plain_nbgrader(course, work / "class", points)
+        our_seconds, sandboxed = ours(work / "class", work / "out", arguments.jobs, points)
     plain_rate, our_rate = 60 * count / plain_seconds, 60 * count / our_seconds
     print(f"{count} notebooks ({arguments.students} students x {', '.join(assignments)}), {os.cpu_count()} cores")
     print(f"plain nbgrader autograde, serial: {plain_seconds:.1f} s, {plain_rate:.1f} notebooks/minute")
