@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -71,10 +72,12 @@ def plain_nbgrader(course: TemporaryCourse, submissions: Path, points: dict[str,
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
+    from sqlalchemy.exc import SAWarning
 
     shutil.copytree(submissions, course.directory / "submitted")
     start = time.perf_counter()
-    with kernel_environment_set(course.jupyter_directory):
+    with kernel_environment_set(course.jupyter_directory), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own, once per submission
         for assignment in points:
             config = course.config()
             directory = CourseDirectory(config=config)

@@ -7,12 +7,15 @@ PATH is a folder of ``<student>/<assignment>/<notebook>.ipynb`` or a zip of one.
    a feedback page with the reason;
 2. a worker process grades it with nbgrader (autograde, then generate_feedback) in a course directory of
    its own, a copy of the template course holding the sources and the gradebook; nbgrader runs the notebook
-   in a fresh kernel, sandboxed (:mod:`autograder.sandbox`), with the kernel part of the hidden tests put
-   back: the expected values and the checks were cut out of the template gradebook
-   (:func:`harden_gradebook`) and are decided in the worker on the values the kernel reported
-   (:mod:`autograder.verdict`), which replace nbgrader's scores for those cells;
+   in a fresh kernel, sandboxed (:mod:`autograder.sandbox`), its output capped (:mod:`autograder.execute`),
+   with the kernel part of the hidden tests put back: the expected values and the checks were cut out of
+   the template gradebook (:mod:`autograder.template`, which also turns the explorer cells into comments)
+   and are decided in the worker on the values the kernel reported (:mod:`autograder.verdict`), which
+   replace nbgrader's scores for those cells;
 3. the scores per item are read from that gradebook, the failure message of each test from the autograded
-   notebook, and the grader's notes are put on top of nbgrader's feedback page.
+   notebook, and the grader's notes are put on top of nbgrader's feedback page;
+4. the main process writes the result into the class's gradebook (:mod:`autograder.gradebook`; it is its
+   only writer) as soon as it arrives.
 
 Workers run in parallel (``--jobs``, by default one per core, at most 8); a failure of one submission, even
 of the grader itself, gives that submission 0 and a reason, and the batch always completes.
@@ -26,7 +29,8 @@ Outputs, in DIR (these names only are replaced):
   graded)
   and message (the test's failure message, or the reason);
 - ``feedback/<student>/<assignment>/<assignment>.html``;
-- ``logs/<student>/<assignment>.log`` (nbgrader's log) and ``report.txt`` (warnings and notes).
+- ``logs/<student>/<assignment>.log`` (nbgrader's log) and ``report.txt`` (warnings and notes);
+- ``gradebook.db`` unless ``db_url`` names another database: updated, never replaced.
 
 Manually graded answers count 0 in ``score`` until an instructor grades them (status ``manual``) but their
 points are part of ``max_score``, as in nbgrader.
