@@ -416,9 +416,11 @@ def test_explorer_cells_are_a_comment_while_grading(graded):
     # The full 02_sinusoidal submission keeps the released explorer cells (widgets.*_explorer()); its grade is
     # the full score above, and its feedback shows them as comments, with no widget or figure in the output.
     explorers = [
-        cell for cell in released("02_sinusoidal").cells if (grade_id(cell) or "").startswith("explore_")
+        cell
+        for cell in released("02_sinusoidal").cells
+        if cell.cell_type == "code" and (grade_id(cell) or "").startswith("explore_")
     ]
-    assert len(explorers) == 4
+    assert len(explorers) == 3
     page = feedback_page(graded, "full", "02_sinusoidal")
     assert page.count("an explorer, not run while grading") == len(explorers)
     assert "application/vnd.jupyter.widget-view+json" not in page
