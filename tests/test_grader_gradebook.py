@@ -19,13 +19,11 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
-from planted import OTHER_MISTAKES, filled, solutions, with_mistakes
+from planted import run_module, write_full_and_mistakes
 
 from autograder import CONFIG_FILE
 from autograder.grade import grade
@@ -39,17 +37,6 @@ EXPECTED_SCORES = {"full": 9.0, "mistakes": 2.0}
 MAX_SCORE = 12.0
 
 
-def _write_class(root: Path) -> Path:
-    for student, notebook in (
-        ("full", filled(ASSIGNMENT, solutions(ASSIGNMENT))),
-        ("mistakes", with_mistakes(ASSIGNMENT, OTHER_MISTAKES[ASSIGNMENT])),
-    ):
-        path = root / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(notebook, path)
-    return root
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return sorted(csv.DictReader(handle), key=lambda row: (row["assignment"], row["student_id"]))
@@ -60,14 +47,7 @@ def _nbgrader_export(db_url: str, folder: Path) -> list[dict[str, str]]:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(CONFIG_FILE, folder / CONFIG_FILE.name)
     target = folder / "export.csv"
-    completed = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "export", "--db", db_url, "--to", str(target)],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_module("nbgrader", "export", "--db", db_url, "--to", str(target), cwd=folder, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     return _rows(target)
 
@@ -94,7 +74,9 @@ def _check_gradebook(db_url: str, out: Path, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
-    return _write_class(tmp_path_factory.mktemp("class"))
+    root = tmp_path_factory.mktemp("class")
+    write_full_and_mistakes(root, ASSIGNMENT)
+    return root
 
 
 def test_the_default_gradebook_is_sqlite_in_the_output_folder_and_nbgrader_reads_grades_csv_from_it(

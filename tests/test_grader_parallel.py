@@ -6,13 +6,10 @@ two assignments) is graded twice through the command line.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import nbformat
 import pytest
-from planted import CHEATS, OTHER_MISTAKES, filled, solutions, with_mistakes
+from planted import CHEATS, OTHER_MISTAKES, filled, run_module, solutions, with_mistakes, write_submission
 
 pytestmark = pytest.mark.slow
 
@@ -29,19 +26,14 @@ def _class(root: Path) -> None:
         if assignment in CHEATS:
             notebooks["cheat"] = with_mistakes(assignment, CHEATS[assignment])
         for student, notebook in notebooks.items():
-            path = root / student / assignment / f"{assignment}.ipynb"
-            path.parent.mkdir(parents=True)
-            nbformat.write(notebook, path)
+            write_submission(root, student, assignment, notebook)
 
 
 def _grade(submissions: Path, out: Path, jobs: int) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "autograder", "grade", str(submissions), "--out", str(out), "--jobs", str(jobs)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=600,
+    completed = run_module(
+        "autograder", "grade", str(submissions), "--out", str(out), "--jobs", str(jobs), timeout=600
     )
+    assert completed.returncode == 0, completed.stderr[-3000:]
 
 
 def test_parallel_grading_writes_the_same_csvs_as_serial_grading(tmp_path):

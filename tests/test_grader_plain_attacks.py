@@ -22,8 +22,8 @@ import os
 import re
 import textwrap
 
-import nbformat
 import pytest
+from planted import write_submission
 from redteam import ASSIGNMENT, ATTACKS, attack_notebook, released
 
 from autograder.course import NbgraderError, TemporaryCourse, kernel_environment_set, run_app
@@ -92,12 +92,6 @@ UNGRADABLE = {"patch_json_and_display"}
 FAILED_NOTEBOOK = re.compile(r"There was an error processing assignment '[^']+' for student '([^']+)'")
 
 
-def _write(notebook: nbformat.NotebookNode, submitted, student: str) -> None:
-    path = submitted / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(notebook, path)
-
-
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     """Grade the control and the selected attacks in one plain ``nbgrader autograde`` run."""
@@ -108,9 +102,9 @@ def plain(tmp_path_factory):
     course = TemporaryCourse(tmp_path_factory.mktemp("plain"), [ASSIGNMENT])
     course.generate(ASSIGNMENT)
     submitted = course.directory / "submitted"
-    _write(released(ASSIGNMENT), submitted, CONTROL)
+    write_submission(submitted, CONTROL, ASSIGNMENT, released(ASSIGNMENT))
     for name in SELECTED:
-        _write(attack_notebook(textwrap.dedent(ATTACKS[name][1]).strip()), submitted, name)
+        write_submission(submitted, name, ASSIGNMENT, attack_notebook(textwrap.dedent(ATTACKS[name][1]).strip()))
     with pytest.MonkeyPatch.context() as patch:
         # Without this variable the kernel launcher (autograder.sandbox.main) starts a plain ipykernel.
         patch.delenv(ENVIRONMENT_VARIABLE, raising=False)

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import csv
 import html
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
-from planted import build_class, grade_id, released
+from planted import build_class, grade_id, released, run_module
 
 pytestmark = pytest.mark.slow
 
@@ -175,12 +172,6 @@ NOTES = {
 }
 
 
-def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    return env
-
-
 def zip_folder(folder: Path, archive: Path) -> None:
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
         for path in sorted(folder.rglob("*")):
@@ -201,24 +192,8 @@ def graded(planted_class) -> Path:
     archive = planted_class / "class.zip"
     zip_folder(planted_class / "submitted", archive)
     out = planted_class / "out"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autograder",
-            "grade",
-            str(archive),
-            "--out",
-            str(out),
-            "--timeout",
-            str(CELL_TIMEOUT),
-        ],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
+    completed = run_module(
+        "autograder", "grade", str(archive), "--out", str(out), "--timeout", str(CELL_TIMEOUT), timeout=1200
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out
@@ -356,15 +331,7 @@ def test_check_runs_the_released_visible_tests_and_reports_what_passes(planted_c
             cell.source = "assert False, 'an edited test'"
     path = tmp_path / "04_relative.ipynb"
     nbformat.write(notebook, path)
-    completed = subprocess.run(
-        [sys.executable, "-m", "autograder", "check", str(path)],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    completed = run_module("autograder", "check", str(path))
     assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
     assert "the test cell 'bias_test' had been edited" in completed.stdout
     assert "6 of 6 visible tests pass" in completed.stdout
@@ -373,15 +340,7 @@ def test_check_runs_the_released_visible_tests_and_reports_what_passes(planted_c
 
 def test_check_of_a_blank_notebook_fails_and_names_each_test(planted_class):
     path = planted_class / "submitted" / "blank" / "04_relative" / "04_relative.ipynb"
-    completed = subprocess.run(
-        [sys.executable, "-m", "autograder", "check", str(path)],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    completed = run_module("autograder", "check", str(path))
     assert completed.returncode == 1
     assert "0 of 6 visible tests pass" in completed.stdout
     assert "FAILED  bias_test" in completed.stdout and "NameError" in completed.stdout

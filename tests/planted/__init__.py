@@ -11,6 +11,9 @@ kills its kernel and one that never stops. The expected grades are constants in 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -335,16 +338,52 @@ def alibi_slopes(num_heads):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _write(notebook: nbformat.NotebookNode, path: Path) -> None:
+def write_submission(root: Path, student: str, assignment: str, notebook: nbformat.NotebookNode) -> Path:
+    """Write ``root/<student>/<assignment>/<assignment>.ipynb``, the layout ``autograder grade`` reads."""
+    path = root / student / assignment / f"{assignment}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, path)
+    return path
+
+
+def write_full_and_mistakes(
+    root: Path, assignment: str, students: tuple[str, str] = ("full", "mistakes")
+) -> None:
+    """Two students of ``assignment``: every answer right, and the answers of ``OTHER_MISTAKES``."""
+    full, mistakes = students
+    write_submission(root, full, assignment, filled(assignment, solutions(assignment)))
+    write_submission(root, mistakes, assignment, with_mistakes(assignment, OTHER_MISTAKES[assignment]))
+
+
+def command_environment() -> dict[str, str]:
+    """A command's environment as an instructor runs it: the repository on PYTHONPATH (hidden tests import
+    autograder.answers), this interpreter's scripts first on PATH (nbgrader runs them), unbuffered output."""
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH", "")]))
+    environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", "")])
+    environment["PYTHONUNBUFFERED"] = "1"  # keep nbgrader's per-notebook lines in order
+    return environment
+
+
+def run_module(*arguments: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m ARGUMENTS`` in a fresh process with :func:`command_environment`, its output captured as
+    text; the caller checks the return code."""
+    return subprocess.run(
+        [sys.executable, "-m", *arguments],
+        cwd=cwd,
+        env=command_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _broken(root: Path) -> None:
     folder = root / "broken"
     # A cell that never stops, in the first assignment so that its wait overlaps the other notebooks.
     notebook = with_mistakes("01_permutation", {"maps_answer": "while True:\n    pass"})
-    _write(notebook, folder / "01_permutation" / "01_permutation.ipynb")
+    write_submission(root, "broken", "01_permutation", notebook)
     (folder / "02_sinusoidal").mkdir()  # a folder without a notebook
     (folder / "03_learned" / "03_learned.ipynb").parent.mkdir()
     (folder / "03_learned" / "03_learned.ipynb").write_text('{"cells": "none", "metadata": {}}')
@@ -355,10 +394,10 @@ def _broken(root: Path) -> None:
     for cell in notebook.cells:
         if grade_id(cell) == "quiz_intro":
             cell.source += "\n\n(I edited this cell.)"
-    _write(notebook, folder / "04_relative" / "04_relative.ipynb")
+    write_submission(root, "broken", "04_relative", notebook)
 
     notebook = with_mistakes("05_rope", {"relative_answer": "import os\nos._exit(1)"})
-    _write(notebook, folder / "05_rope" / "05_rope.ipynb")
+    write_submission(root, "broken", "05_rope", notebook)
     cut = nbformat.writes(filled("06_comparison", solutions("06_comparison")))[:5000]  # JSON cut short
     (folder / "06_comparison").mkdir()
     (folder / "06_comparison" / "06_comparison.ipynb").write_text(cut)
@@ -367,17 +406,17 @@ def _broken(root: Path) -> None:
 def build_class(root: Path) -> None:
     """Write the planted class under ``root`` as ``<student>/<assignment>/<notebook>.ipynb``."""
     for assignment in ASSIGNMENTS:
-        _write(filled(assignment, solutions(assignment)), root / "full" / assignment / f"{assignment}.ipynb")
-        _write(released(assignment), root / "blank" / assignment / f"{assignment}.ipynb")
+        write_submission(root, "full", assignment, filled(assignment, solutions(assignment)))
+        write_submission(root, "blank", assignment, released(assignment))
     for student, by_assignment in NAMED_MISTAKES.items():
         for assignment, mistakes in by_assignment.items():
-            _write(with_mistakes(assignment, mistakes), root / student / assignment / f"{assignment}.ipynb")
+            write_submission(root, student, assignment, with_mistakes(assignment, mistakes))
     # A notebook saved under another name is graded in place of the expected one.
     (root / "degrees" / "02_sinusoidal" / "02_sinusoidal.ipynb").rename(
         root / "degrees" / "02_sinusoidal" / "02_sinusoidal-Copy1.ipynb"
     )
     for assignment, mistakes in OTHER_MISTAKES.items():
-        _write(with_mistakes(assignment, mistakes), root / "mistakes" / assignment / f"{assignment}.ipynb")
+        write_submission(root, "mistakes", assignment, with_mistakes(assignment, mistakes))
     for assignment, cheats in CHEATS.items():
-        _write(with_mistakes(assignment, cheats), root / "cheat" / assignment / f"{assignment}.ipynb")
+        write_submission(root, "cheat", assignment, with_mistakes(assignment, cheats))
     _broken(root)

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import nbformat
-from planted import OTHER_MISTAKES, filled, grade_id, released, solutions, with_mistakes
+from planted import grade_id, released, write_full_and_mistakes, write_submission
 
 ASSIGNMENT = "01_permutation"
 FIRST_ANSWER = "attention_answer"
@@ -262,17 +262,9 @@ def build_attacks(root: Path, probe: dict) -> None:
     """Write every attack as ``root/<attack>/01_permutation/01_permutation.ipynb``."""
     for name, (_, code) in ATTACKS.items():
         source = textwrap.dedent(code).strip().replace("{probe}", repr(probe))
-        path = root / name / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(attack_notebook(source), path)
+        write_submission(root, name, ASSIGNMENT, attack_notebook(source))
 
 
 def build_honest(root: Path) -> None:
     """Two honest students: every answer right (9 points), and the planted mistakes (2 points)."""
-    for student, notebook in (
-        ("honest_full", filled(ASSIGNMENT, solutions(ASSIGNMENT))),
-        ("honest_mistakes", with_mistakes(ASSIGNMENT, OTHER_MISTAKES[ASSIGNMENT])),
-    ):
-        path = root / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(notebook, path)
+    write_full_and_mistakes(root, ASSIGNMENT, ("honest_full", "honest_mistakes"))
