@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from test_fast_rope import plain_rope
 
 from posenc_ref.attention import reference_attention
 from posenc_ref.fast import apply_rope_fused, fast_attention, fast_path_report
@@ -98,21 +99,6 @@ def test_gradients_on_cuda_equal_reference(position, implementation):
         gradients.append([x.grad for x in (q, k, v, *tables)])
     for expected, actual in zip(*gradients, strict=True):
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
-
-
-def plain_rope(x, positions, inv_freq, layout, factor):
-    """Pairs as complex numbers times factor * e^{i m omega}, float64 (angles in float32, the contract)."""
-    x = x.double()
-    half = x.shape[-1] // 2
-    first, second = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., :half], x[..., half:])
-    angles = (positions.float()[:, None] * inv_freq.float()[None, :]).double()
-    z = torch.complex(first, second) * factor * torch.polar(torch.ones_like(angles), angles)
-    out = torch.empty_like(x)
-    if layout == "interleaved":
-        out[..., 0::2], out[..., 1::2] = z.real, z.imag
-    else:
-        out[..., :half], out[..., half:] = z.real, z.imag
-    return out
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
