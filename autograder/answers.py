@@ -16,13 +16,18 @@ Symbolic answers are strings such as ``"sin(2*10000**(-1/3))"``. ``sympy.parse_e
 Python code, so it is never called on a student's string: :func:`parse_expression` reads the string with
 ``ast`` and builds the sympy expression node by node from a whitelist (numbers, ``+ - * / ** ^``, parentheses,
 ``pi``, ``sin``, ``cos``, ``sqrt``, ``Rational``, ``Integer``), with limits on the length, the number of
-nodes,
-the exponents and the size of every intermediate number, so that no string can run code or exhaust memory.
+nodes, the depth of nested calls, the exponents and the size of every intermediate number, so that no string
+can run code or exhaust memory, and sympy's simplification stays quick on what can be written.
+
+These limits are checked before the work they protect, and are cheap. They do not bound every computation a
+check can make (sympy's ``simplify`` has no time limit of its own): :func:`autograder.verdict.decide` runs the
+checks in a child process under a wall-clock and a memory limit.
 """
 
 from __future__ import annotations
 
 import ast
+import decimal
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -146,8 +151,38 @@ def _flatten(values: Any) -> list[float]:
     return [values]
 
 
+MAX_ENTRIES = 4 * 1024 * 1024  # the largest answer asked for is a table of 2048 x 512 numbers
+
+
+def _too_many_entries(value: Any, limit: int) -> str | None:
+    """How many entries an answer has (``"more than 100000"``) if it has more than ``limit``, else None.
+
+    A nested list's entries are its numbers and its lists. Counting stops soon after ``limit``, so that the
+    count costs less than reading the answer.
+    """
+    kind = type(value)
+    if kind is _numpy_array_type() or kind in _torch_tensor_types():
+        size = value.size if kind is _numpy_array_type() else value.numel()
+        return str(size) if size > limit else None
+    count, pending = 0, [value]
+    while pending and count <= limit:
+        item = pending.pop()
+        count += 1  # the lists too: nesting is not free, and a list that holds itself is counted to the limit
+        if type(item) is list or type(item) is tuple:
+            pending.extend(item)
+    return f"more than {limit}" if count > limit else None
+
+
 def as_nested(value: Any, name: str, shape: Sequence[int]) -> Any:
-    """``value`` as nested lists of plain numbers with exactly ``shape`` (``()`` for a scalar)."""
+    """``value`` as nested lists of plain numbers with exactly ``shape`` (``()`` for a scalar).
+
+    Raises:
+        AnswerError: ``value`` is not made of the known number types, has another shape, holds a number that
+            is not finite, or has more than :data:`MAX_ENTRIES` entries (refused before it is read).
+    """
+    entries = _too_many_entries(value, MAX_ENTRIES)
+    if entries is not None:
+        raise AnswerError(f"{name} has {entries} entries; at most {MAX_ENTRIES} are read")
     plain = _plain(value, name)
     actual = _shape(plain)
     if actual != tuple(shape):
@@ -283,6 +318,8 @@ MAX_EXPRESSION_NODES = 80
 MAX_EXPONENT = 64
 MAX_DENOMINATOR = 1000
 MAX_DIGITS = 400
+MAX_CALL_DEPTH = 4  # sin(sqrt(...)) needs 2; sympy's simplify grows exponentially with this depth
+_BITS_PER_DIGIT = math.log2(10)
 _ALLOWED_SYMBOLS = "numbers, + - * / ** ^, parentheses, pi, sin, cos, sqrt, Rational and Integer"
 
 
@@ -293,6 +330,14 @@ def _sympy():
 
 
 def _digits(number: Any) -> int:
+    """Decimal digits of the larger of the numerator and denominator of a sympy Rational.
+
+    Above ``MAX_DIGITS`` the count is a lower bound from the bit length: writing out a number of 10^5 digits
+    in decimal takes long (and Python refuses beyond 4300 digits).
+    """
+    bits = max(abs(number.p).bit_length(), number.q.bit_length())
+    if bits > (MAX_DIGITS + 1) * _BITS_PER_DIGIT:
+        return int((bits - 1) / _BITS_PER_DIGIT) + 1
     return max(len(str(abs(number.p))), len(str(number.q)))
 
 
@@ -312,8 +357,17 @@ def _literal(node: ast.Constant, source: str, text: str, name: str) -> Any:
     if type(value) is float:
         if not math.isfinite(value):
             raise AnswerError(f"{name}: {text!r} contains a number that is not finite")
+        written = ast.get_source_segment(source, node)
+        # 1e-999999999 is a finite float (0.0), but as an exact fraction its denominator has 10^9 digits.
+        digits, exponent = decimal.Decimal(written.replace("_", "")).as_tuple()[1:]
+        size = len(digits) + exponent if exponent >= 0 else 1 - exponent
+        if size > MAX_DIGITS:
+            raise AnswerError(
+                f"{name}: the number {written} in {text!r} is a fraction of {size} digits; at most "
+                f"{MAX_DIGITS} are allowed"
+            )
         # The decimal as written, exactly: 0.909297 stays 909297/1000000 and is not mistaken for sin(2).
-        return sympy.Rational(ast.get_source_segment(source, node))
+        return sympy.Rational(written)
     raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
 
 
@@ -351,15 +405,21 @@ def _call(node: ast.Call, build, text: str, name: str) -> Any:
     )
 
 
+def _call_depth(node: ast.AST) -> int:
+    """How many calls are nested inside each other in ``node`` (``sin(sqrt(2)) + cos(1)`` has 2)."""
+    inner = max((_call_depth(child) for child in ast.iter_child_nodes(node)), default=0)
+    return inner + (type(node) is ast.Call)
+
+
 def parse_expression(value: Any, name: str = "expression") -> Any:
     """Build the sympy expression written in the string ``value``, from a whitelist; never evaluates code.
 
     ``^`` means a power, as in ``10000^(2/6)``. Decimals are read exactly as written (``0.5`` is 1/2).
 
     Raises:
-        AnswerError: ``value`` is not a str, is too long, is not a valid expression, uses anything outside
-            the whitelist (names, attributes, indexing, strings, keywords, ...), or produces numbers or
-            exponents beyond the limits of this module.
+        AnswerError: ``value`` is not a str, is too long, is not a valid expression, nests more than
+            :data:`MAX_CALL_DEPTH` calls, uses anything outside the whitelist (names, attributes, indexing,
+            strings, keywords, ...), or produces numbers or exponents beyond the limits of this module.
     """
     sympy = _sympy()
     text = as_text(value, name)
@@ -372,8 +432,18 @@ def parse_expression(value: Any, name: str = "expression") -> Any:
         tree = ast.parse(source, mode="eval")
     except SyntaxError:
         raise AnswerError(f"{name}: {text!r} is not a valid expression") from None
-    if sum(1 for _ in ast.walk(tree)) > MAX_EXPRESSION_NODES:
-        raise AnswerError(f"{name}: {text!r} is too long an expression")
+    nodes = sum(1 for _ in ast.walk(tree))
+    if nodes > MAX_EXPRESSION_NODES:
+        raise AnswerError(
+            f"{name}: {text!r} is too long an expression ({nodes} syntax nodes; at most "
+            f"{MAX_EXPRESSION_NODES} are allowed)"
+        )
+    depth = _call_depth(tree)
+    if depth > MAX_CALL_DEPTH:
+        raise AnswerError(
+            f"{name}: {text!r} nests {depth} function calls inside each other; at most {MAX_CALL_DEPTH} are "
+            "allowed"
+        )
     operators = {ast.Add: sympy.Add, ast.Mult: sympy.Mul}
 
     def build(node: ast.AST) -> Any:

@@ -18,8 +18,18 @@ hide their errors, so neither the constants nor the checks may run there.
   enter the kernel; a kernel that lies must know the right values to gain anything.
 
 A hidden section whose checks need an object that cannot be reported (a module, a tensor kept for its
-identity, a ``try`` around a call) is left whole in the kernel and graded by nbgrader as before;
-:func:`split_hidden_tests` returns ``None`` for it and the grader lists it in its report.
+identity) cannot be cut: :func:`split_hidden_tests` returns ``None`` for it, the grader lists it in its
+report, and a test of the course fails, so that no exercise is released in that shape (report plain values
+instead: a parameter's name rather than its identity, an exception's class names rather than a ``try``
+around the check).
+
+The reported values are the student's, so a check on them can be slow or hungry however carefully
+:mod:`autograder.answers` bounds its inputs (sympy's ``simplify`` on twelve nested ``sin`` never ends).
+:func:`decide` therefore runs the grader part of each test cell in a child process, limited to
+:data:`CHECK_SECONDS` of wall-clock time and :data:`CHECK_MEMORY_MB` of address space, and killed when it
+runs over: the answer then fails with a message that says which limit it hit. The children are forked by
+multiprocessing's fork server, a single-threaded process started once that has imported sympy and this
+module, so that a child costs a fork and no imports, and forking is safe in a grader that holds threads.
 """
 
 from __future__ import annotations
@@ -28,7 +38,10 @@ import ast
 import builtins
 import json
 import math
+import multiprocessing
+import resource
 import secrets
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +61,16 @@ SAFE_BUILTINS = (
 _SET_TAG = "__set__"
 _UNREADABLE_TAG = "__unreadable__"
 REPORT_MIME = "text/x-autograder-report"  # not a stream: nbgrader's LimitOutput leaves it whole
+CHECK_SECONDS = 20.0  # wall-clock time of the grader part of one test cell; the course's take well under 1 s
+CHECK_MEMORY_MB = 1024  # address space of the process that runs it; with sympy loaded it starts at ~70 MB
+MAX_MESSAGE = 10_000  # characters of a verdict's message that cross back from the child
+# Imported once, by the fork server, so that no child imports them. ``__main__`` is the main script, if any:
+# a script run directly must keep its work under ``if __name__ == "__main__":``, as for any forkserver or
+# spawn child. The last four are what sympy's simplify imports on its first call (~70 ms in every child).
+_PRELOADED = [
+    *("__main__", "autograder.verdict", "sympy"),
+    *("sympy.combinatorics", "sympy.physics.units", "sympy.sets.setexpr", "sympy.tensor.tensor"),
+]
 
 
 def new_marker() -> str:
@@ -91,6 +114,10 @@ class Unreadable:
 
     def __repr__(self) -> str:
         return f"<an object of type {type(self).__module__}.{type(self).__qualname__}>"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Its class is made at run time, so pickle (on the way to decide's child) rebuilds it by name.
+        return unreadable, (f"{type(self).__module__}.{type(self).__qualname__}",)
 
 
 def unreadable(type_name: str) -> Unreadable:
@@ -363,8 +390,8 @@ def _grader_namespace() -> dict[str, Any]:
     return namespace
 
 
-def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
-    """Run the grader part on the reported values: (passed, message). Never raises."""
+def _decide_here(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
+    """The grader part run in this process, with no limit: what :func:`decide` runs in its child."""
     namespace = _grader_namespace()
     try:
         exec(compile(split.constants, "<expected values>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
@@ -378,6 +405,121 @@ def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str |
             exec(compile(step.source, "<check>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
         except answers.AnswerError as error:
             return False, str(error)
+        except MemoryError:
+            raise
         except Exception as error:  # noqa: BLE001 (an unreadable report is a failed check, not a crash)
             return False, f"the answer could not be checked ({type(error).__name__}: {error})"[:600]
     return True, ""
+
+
+def _memory_message(memory_mb: int) -> str:
+    return f"the answer could not be checked within the grader's memory limit ({memory_mb} MB)"
+
+
+def _time_message(seconds: float) -> str:
+    return f"the answer could not be checked within {seconds:g} seconds"
+
+
+def _limit_this_process(seconds: float, memory_mb: int) -> None:
+    """Address space and CPU time of the child; no core file when a limit kills it."""
+    limits = {
+        resource.RLIMIT_AS: memory_mb * 1024 * 1024,
+        # A backstop: it ends the child should the grader die before it can kill it.
+        resource.RLIMIT_CPU: math.ceil(seconds) + 1,
+        resource.RLIMIT_CORE: 0,
+    }
+    for kind, value in limits.items():
+        _, hard = resource.getrlimit(kind)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(kind, (value, hard))
+
+
+def _decide_in_child(writer, split, reports, kernel_error, seconds: float, memory_mb: int) -> None:
+    """The child's side: limits, the grader part, and its verdict sent back as JSON ``[passed, message]``."""
+    try:
+        _limit_this_process(seconds, memory_mb)
+        passed, message = _decide_here(split, reports, kernel_error)
+    except MemoryError:
+        passed, message = False, _memory_message(memory_mb)
+    except Exception as error:  # noqa: BLE001 (the grader's own failure, told as such)
+        passed, message = False, f"the grader could not run its check ({type(error).__name__}: {error})"
+    writer.send_bytes(json.dumps([passed, message[:MAX_MESSAGE]]).encode())  # ASCII: at most 12 bytes a character
+
+
+def _verdict(data: bytes) -> tuple[bool, str] | None:
+    """``(passed, message)`` from the child's JSON, or None if it is anything else."""
+    try:
+        verdict = json.loads(data)
+    except ValueError:
+        return None
+    if type(verdict) is list and len(verdict) == 2 and type(verdict[0]) is bool and type(verdict[1]) is str:
+        return verdict[0], verdict[1]
+    return None
+
+
+def _stopped_message(exitcode: int | None, seconds: float) -> str:
+    """The message for a child that ended without a verdict."""
+    if exitcode is None or exitcode >= 0:
+        return f"the answer could not be checked: the grader's check ended without a verdict (exit code {exitcode})"
+    if -exitcode == signal.SIGXCPU:
+        return _time_message(seconds)
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    cause = " (the machine may have run out of memory)" if -exitcode == signal.SIGKILL else ""
+    return f"the answer could not be checked: the grader's check was stopped by {name}{cause}"
+
+
+def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
+    """Run the grader part on the reported values: (passed, message). Never raises.
+
+    The grader part runs in a child process forked by multiprocessing's fork server, limited to
+    :data:`CHECK_SECONDS` seconds of wall-clock time and :data:`CHECK_MEMORY_MB` of address space; a child
+    that runs over is killed and the answer fails with a message naming the limit. Safe to call from any
+    thread (the limit is a timed wait, not a signal), but not from a daemonic process, which multiprocessing
+    forbids to have children (the answer then fails and the message says so).
+    """
+    try:
+        return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB)
+    except Exception as error:  # noqa: BLE001 (never raises: a grader that cannot check fails the answer)
+        return False, f"the grader could not run its check ({type(error).__name__}: {error})"[:600]
+
+
+def _decide_in_child_process(split, reports, kernel_error, seconds: float, memory_mb: int) -> tuple[bool, str]:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOADED)  # read when the fork server starts, so before the first child
+    reader, writer = context.Pipe(duplex=False)
+    child = context.Process(
+        target=_decide_in_child,
+        args=(writer, split, reports, kernel_error, seconds, memory_mb),
+        name="autograder-check",
+        daemon=True,
+    )
+    try:
+        child.start()  # the fork server's start and imports, on the first call only, are not timed
+        writer.close()  # the child holds the only writer now: its end, killed or not, is an end of file here
+        if not reader.poll(seconds):
+            return False, _time_message(seconds)
+        try:
+            verdict = _verdict(reader.recv_bytes(12 * MAX_MESSAGE + 100))
+        except (EOFError, OSError):
+            verdict = None
+        if verdict is not None:
+            return verdict
+        child.join(seconds)
+        return False, _stopped_message(child.exitcode, seconds)
+    finally:
+        _end(child, reader, writer)
+
+
+def _end(child, reader, writer) -> None:
+    """Kill the child if it still runs, wait for it and free its pipe and process handles."""
+    for connection in (reader, writer):
+        connection.close()
+    if child.pid is None:
+        return  # never started
+    if child.exitcode is None:
+        child.kill()  # past its limit, or done and on its way out: either way nothing more is read from it
+    child.join()
+    child.close()

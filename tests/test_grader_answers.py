@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from autograder import answers as answers_module
 from autograder.answers import (
     AnswerError,
     as_bool,
@@ -158,6 +159,36 @@ def test_as_numbers_rejects_subclasses_object_arrays_and_wrong_shapes(value, fra
     with pytest.raises(AnswerError) as error:
         as_numbers(value, "v", 2)
     assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "value, count",
+    [
+        ([0.5] * 200_000, "more than 100000"),
+        ([[0.5] * 1000] * 1000, "more than 100000"),
+        ([[]] * 200_000, "more than 100000"),  # lists count: nesting is not free
+        (np.zeros(300_000), "300000"),
+        (torch.zeros(2, 100_000), "200000"),
+    ],
+)
+def test_an_answer_with_too_many_entries_is_refused_before_it_is_read(value, count, monkeypatch):
+    monkeypatch.setattr(answers_module, "MAX_ENTRIES", 100_000)  # the real limit is 4 Mi: same rule, faster test
+    start = time.perf_counter()
+    with pytest.raises(AnswerError, match=f"^v has {count} entries; at most 100000 are read$"):
+        as_numbers(value, "v", 2)
+    assert time.perf_counter() - start < 1
+
+
+def test_the_largest_table_an_exercise_asks_for_is_read():
+    assert len(as_table(torch.zeros(2048, 512), "t", (2048, 512))) == 2048  # 02_sinusoidal's long table
+
+
+def test_a_list_that_holds_itself_is_refused_by_its_size(monkeypatch):
+    monkeypatch.setattr(answers_module, "MAX_ENTRIES", 100_000)
+    looped = [1.0]
+    looped.append(looped)
+    with pytest.raises(AnswerError, match="more than 100000 entries"):
+        as_nested(looped, "v", (2,))
 
 
 def test_as_table_and_as_nested_check_the_exact_shape():
@@ -319,6 +350,12 @@ def test_check_expressions_names_a_mistake_and_accepts_tuples_of_strings():
         ("1e400", "not finite"),
         ("Rational(1, 0)", "divides by zero"),
         ("Rational(0.5)", "whole numbers"),
+        # sympy's simplify takes seconds at 7 nested calls and never ends at 12
+        ("sin(" * 12 + "1" + ")" * 12, "nests 12 function calls inside each other; at most 4 are allowed"),
+        ("sqrt(sin(cos(sqrt(sin(2)))))", "nests 5 function calls"),
+        ("1e-999999999", "1e-999999999 in '1e-999999999' is a fraction of 1000000000 digits; at most 400"),
+        ("((10**20)**19)**64", "more than 400 digits"),  # 24321 digits: beyond what Python writes in decimal
+        ("+" * 90 + "1", "(182 syntax nodes; at most 80 are allowed)"),  # a + and its operator each
     ],
 )
 def test_parse_expression_refuses_code_names_and_huge_numbers(text, fragment):
@@ -327,6 +364,11 @@ def test_parse_expression_refuses_code_names_and_huge_numbers(text, fragment):
         parse_expression(text, "entry")
     assert fragment in str(error.value)
     assert time.perf_counter() - start < 5  # no string makes the parser compute for long
+
+
+def test_parse_expression_accepts_four_nested_calls_and_decimals_of_400_digits():
+    assert same_value(parse_expression("sin(sqrt(sqrt(sqrt(16))))"), parse_expression("sin(sqrt(2))"))
+    assert parse_expression("1e-399") * 10**399 == 1 and parse_expression("2.5e297") == 25 * 10**296
 
 
 def test_parse_expression_never_runs_the_students_code(tmp_path):
