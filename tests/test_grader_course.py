@@ -1,4 +1,5 @@
-"""The course's notebooks as files, and how submissions are found and repaired; no kernel runs here.
+"""The course's notebooks as files, how the grader splits their hidden tests, and how submissions are found
+and repaired; no kernel runs here.
 
 The points per assignment are written below by hand: they are the ones announced in the README and in each
 notebook's table, and the tests check that the nbgrader metadata gives the same numbers.
@@ -6,6 +7,7 @@ notebook's table, and the tests check that the nbgrader metadata gives the same 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -17,9 +19,11 @@ import nbformat
 import pytest
 
 from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
-from autograder.course import kernel_environment, write_kernelspec
+from autograder.course import TemporaryCourse, kernel_environment, write_kernelspec
 from autograder.sanitize import prepare, read_notebook
 from autograder.submissions import collect, extract_notebooks
+from autograder.template import harden_gradebook
+from autograder.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source
 
 # (autograded points, manually graded points) per assignment.
 POINTS = {
@@ -141,6 +145,109 @@ def test_only_the_chapter_that_builds_on_posenc_ref_imports_it(sources):
                 importing.add(assignment)
     assert importing == {"06_comparison"}
     assert explorer_imports == {"posenc_ref import widgets"}
+
+
+# ------------------------------------------------------------------------------------------- grading time
+
+MARKER = "AUTOGRADER-REPORT-" + "0" * 32
+LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.BinOp, ast.UnaryOp)
+OPERATOR_NODES = (ast.operator, ast.unaryop, ast.expr_context)
+
+
+@pytest.fixture(scope="module")
+def hardened(tmp_path_factory) -> dict[str, tuple[dict[str, Split], list[str], dict[str, str]]]:
+    """Per assignment, as the grader prepares it: the splits, the cells left whole, and each test cell's
+    source in the template gradebook (what the student's kernel runs and the feedback page shows)."""
+    from nbgrader.api import Gradebook
+
+    course = TemporaryCourse(tmp_path_factory.mktemp("hardened"), ASSIGNMENTS)
+    prepared = {}
+    for assignment in ASSIGNMENTS:
+        released = nbformat.read(course.generate(assignment), as_version=4)
+        splits, whole = harden_gradebook(course.gradebook, assignment, released, MARKER)
+        with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
+            notebook = gradebook.find_notebook(assignment, assignment)
+            sources = {cell.name: cell.source for cell in notebook.source_cells}
+        prepared[assignment] = (splits, whole, sources)
+    return prepared
+
+
+def _literal(node: ast.AST):
+    """The value of an expression written with literals only (``17 / 64`` included), else None."""
+    if not all(isinstance(sub, LITERAL_NODES + OPERATOR_NODES) for sub in ast.walk(node)):
+        return None
+    return eval(compile(ast.Expression(node), "<literal>", "eval"), {"__builtins__": {}})
+
+
+def _canonical(value):
+    return tuple(_canonical(item) for item in value) if isinstance(value, list | tuple) else value
+
+
+def _pieces(value, whole: bool = True):
+    """What of a grader-side value must not be written in the kernel's part: the value itself, every sequence
+    of two or more items in it and every string (a single number in a sequence can be an input too: 0.5)."""
+    if isinstance(value, list | tuple | set | frozenset):
+        if whole or len(value) >= 2:
+            yield repr(_canonical(sorted(value, key=repr) if isinstance(value, set | frozenset) else value))
+        for item in value:
+            yield from _pieces(item, whole=False)
+    elif whole or isinstance(value, str):
+        yield repr(value)
+
+
+def _kernel_literals(tree: ast.AST) -> set[str]:
+    values = (_literal(node) for node in ast.walk(tree) if isinstance(node, ast.expr))
+    return {repr(_canonical(value)) for value in values if value is not None}
+
+
+def _checked_literals(source: str):
+    """The literal values a check compares an answer with: operands of comparisons, and the expected values
+    and mistakes given to check_close / check_expressions."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CHECKS:
+            mistakes = [keyword.value for keyword in node.keywords if keyword.arg == "mistakes"]
+            operands = [*node.args[1:], *mistakes]
+        else:
+            continue
+        for operand in operands:
+            value = _literal(operand)
+            if value is not None:
+                yield value
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_hidden_test_is_split_and_decided_outside_the_students_kernel(sources, hardened, assignment):
+    splits, whole, gradebook_sources = hardened[assignment]
+    tests = set()
+    for cell in sources[assignment].cells:
+        if nbgrader(cell).get("grade") and hidden_section(cell.source) is not None:
+            tests.add(nbgrader(cell)["grade_id"])
+    assert whole == [], f"{assignment}: the hidden tests of {whole} would run whole in the student's kernel"
+    assert set(splits) == tests
+    for grade_id, split in splits.items():
+        ran = hidden_section(gradebook_sources[grade_id])
+        assert ran.strip() == f"{reporter_source(MARKER)}\n{split.kernel_source}".strip(), grade_id
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_expected_value_or_named_mistake_is_written_in_the_kernels_part(hardened, assignment):
+    splits, _, _ = hardened[assignment]
+    for grade_id, split in splits.items():
+        where = f"{assignment} {grade_id}"
+        assert not re.search(rf"\b(?:{'|'.join(SECRET_PREFIXES)})", split.kernel_source), where
+        kernel = ast.parse(split.kernel_source)
+        in_kernel = _kernel_literals(kernel)
+        kernel_names = {node.id for node in ast.walk(kernel) if isinstance(node, ast.Name)}
+        constants = {}
+        exec(compile(split.constants, "<constants>", "exec"), {}, constants)  # noqa: S102 (source/: trusted)
+        grader_only = {name: value for name, value in constants.items() if name not in kernel_names}
+        assert {name for name in constants if name.startswith(SECRET_PREFIXES)} <= set(grader_only), where
+        checked = [value for step in split.steps for value in _checked_literals(step.source)]
+        for value in [*grader_only.values(), *checked]:
+            leaked = set(_pieces(value)) & in_kernel
+            assert not leaked, f"{where}: the kernel's part holds {sorted(leaked)[:3]}"
 
 
 # ------------------------------------------------------------------------------------------- the releases
