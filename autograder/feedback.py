@@ -1,11 +1,16 @@
-"""Feedback pages: nbgrader's, with the grader's notes on top, and a page for what could not be graded."""
+"""Feedback pages: nbgrader's, with the grader's notes on top, and a page for what could not be graded.
+
+Both carry the Content-Security-Policy of :mod:`autograder.escape` (no script runs, nothing loads from
+elsewhere); every text of ours that a student chose (names, reasons, notes) is escaped.
+"""
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from autograder.escape import CSP_META, html_text, with_content_security_policy
 
 _STYLE = (
     "border:2px solid #b45309;background:#fffbeb;color:#1f2937;padding:0.75em 1.25em;margin:1em auto;"
@@ -28,18 +33,18 @@ def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> s
     """An HTML block listing ``notes``; empty when there are none."""
     if not notes:
         return ""
-    items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
-    return (
-        f'<div class="autograder-notes" style="{_STYLE}"><h2>{html.escape(title)}</h2><ul>{items}</ul></div>'
-    )
+    items = "".join(f"<li>{html_text(note)}</li>" for note in notes)
+    return f'<div class="autograder-notes" style="{_STYLE}"><h2>{html_text(title)}</h2><ul>{items}</ul></div>'
 
 
 def add_notes(page: str, notes: Sequence[str]) -> str:
-    """Insert the notes right after the opening ``<body>`` tag of an nbgrader feedback page."""
+    """An nbgrader feedback page with the Content-Security-Policy in its head and the notes (if any) right
+    after its opening ``<body>`` tag."""
+    page = with_content_security_policy(page)
     block = notes_block(notes)
     if not block:
         return page
-    match = re.search(r"<body[^>]*>", page)
+    match = re.search(r"<body(?:\s[^>]*)?>", page)
     if match is None:
         return block + page
     return page[: match.end()] + block + page[match.end() :]
@@ -54,18 +59,18 @@ def ungraded_page(
 ) -> str:
     """A feedback page for a submission that could not be graded: the reason, and a zero for every item."""
     rows = "".join(
-        f"<tr><td>{html.escape(item.grade_id)}</td>"
+        f"<tr><td>{html_text(item.grade_id)}</td>"
         f"<td>{_score(item.score)} / {_score(item.max_score)}</td></tr>"
         for item in items
     )
     total = sum(item.max_score for item in items)
     return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-        f"<title>{html.escape(assignment)}: feedback for {html.escape(student)}</title></head>"
+        f'<!DOCTYPE html>\n<html><head>{CSP_META}<meta charset="utf-8">'
+        f"<title>{html_text(assignment)}: feedback for {html_text(student)}</title></head>"
         f'<body style="font-family:sans-serif;max-width:60em;margin:2em auto">'
-        f"<h1>{html.escape(assignment)}: feedback for {html.escape(student)}</h1>"
+        f"<h1>{html_text(assignment)}: feedback for {html_text(student)}</h1>"
         f"<p><strong>Score: 0 / {_score(total)}.</strong> This submission could not be graded: "
-        f"{html.escape(reason)}.</p>"
+        f"{html_text(reason)}.</p>"
         f"{notes_block(notes)}"
         "<p>Submit the notebook file itself (<code>.ipynb</code>), as saved by Jupyter, and check it first "
         "with "
