@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         ("--processes", "processes and threads each kernel may add"),
         ("--file-size-mb", "largest file a kernel may write, in MB"),
         ("--output-kb", "output a cell may send the grader, in KB (the rest is cut)"),
+        ("--notebook-output-kb", "output and widget messages a notebook may send the grader in all, in KB"),
+        ("--tmp-mb", "size of each kernel's /tmp and of its /dev/shm, in MB"),
     ):
         grade.add_argument(option, type=_positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
     grade.add_argument(
@@ -104,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.command == "grade":
         from tqdm import tqdm
 
+        from autograder.escape import report_text
         from autograder.grade import grade
 
         def report(result) -> None:
             status = f" (not graded: {result.reason})" if result.reason else ""
             line = f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}{status}"
-            tqdm.write(line, file=sys.stdout)
+            tqdm.write(report_text(line), file=sys.stdout)
 
         from dataclasses import replace
 

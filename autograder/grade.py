@@ -39,10 +39,13 @@ points are part of ``max_score``, as in nbgrader.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
+import dataclasses
 import multiprocessing
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -54,12 +57,13 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import ASSIGNMENTS, REPOSITORY
+from autograder import ASSIGNMENTS, REPOSITORY, cgroups
 from autograder.course import NbgraderError, TemporaryCourse, kernel_environment, load_config, run_app
+from autograder.escape import csv_row, report_text, sanitize_notebook_file
 from autograder.feedback import Item, add_notes, ungraded_page
 from autograder.gradebook import copy_assignments, open_gradebook, record
 from autograder.sandbox import ENVIRONMENT_VARIABLE, Limits, Settings, bwrap_problem
-from autograder.sanitize import Prepared, prepare
+from autograder.sanitize import prepare
 from autograder.submissions import collect, extract_notebooks
 from autograder.template import harden_gradebook, quiet_explorers
 from autograder.verdict import Split, decide, new_marker, parse_reports, reported_text
@@ -83,6 +87,9 @@ MAX_MESSAGE = 600
 NOT_SUBMITTED = "no submission"
 # Each worker runs one kernel at a time (a few hundred MB with torch): more workers than this by request only.
 MAX_DEFAULT_JOBS = 8
+MEGABYTE = 1024 * 1024
+KERNEL_LOG = "kernel.log"
+MAX_KERNEL_LOG_BYTES = 64 * 1024
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -133,6 +140,7 @@ class Task:
     hidden: tuple[str, ...] = ()  # paths the kernel must not see
     limits: Limits = field(default_factory=Limits)
     use_bwrap: bool = True
+    use_cgroup: bool = False
 
 
 def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:
@@ -271,12 +279,23 @@ def _autograde_config(limits: Limits) -> dict[str, dict]:
     steps = Autograde.class_traits()["autograde_preprocessors"].default()
     return {
         "Autograde": {"autograde_preprocessors": [CappedExecute if step is Execute else step for step in steps]},
-        "CappedExecute": {"max_output_bytes": limits.output_kb * 1024},
+        "CappedExecute": {
+            "max_output_bytes": limits.output_kb * 1024,
+            "max_notebook_bytes": limits.notebook_output_kb * 1024,
+        },
     }
 
 
-def _failure_reason(log: str) -> str:
+def _memory_note(task: Task, group: cgroups.KernelGroup | None) -> str:
+    if group is None or not group.memory_limit_hits():
+        return ""
+    return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
+
+
+def _failure_reason(log: str, memory_note: str = "") -> str:
     """Why nbgrader could not run a notebook, from its log."""
+    if memory_note:
+        return memory_note
     if "Kernel died" in log or "DeadKernelError" in log:
         return "the kernel died while running the notebook (a cell ended Python or ran out of memory)"
     errors = [
@@ -295,22 +314,59 @@ def _timeout_notes(log: str) -> list[str]:
 
 
 def _write_ungraded(task: Task, reason: str) -> Result:
+    """0 for every item, with ``reason``, and a feedback page that says so. Never raises: when even the page
+    cannot be written, the result still carries the reason (and report.txt says so)."""
     result = Result(
         task.student, task.assignment, zero_items(task.layout, "not graded", reason), list(task.notes), reason
     )
-    task.feedback.parent.mkdir(parents=True, exist_ok=True)
-    task.feedback.write_text(ungraded_page(task.student, task.assignment, reason, result.items, result.notes))
+    try:
+        task.feedback.parent.mkdir(parents=True, exist_ok=True)
+        page = ungraded_page(task.student, task.assignment, reason, result.items, result.notes)
+        task.feedback.write_bytes(page.encode("utf-8", "backslashreplace"))
+    except Exception as error:  # noqa: BLE001 (the grade and its reason must reach grades.csv and report.txt)
+        result.notes.append(f"the feedback page could not be written ({type(error).__name__})")
     return result
 
 
-def _set_sandbox(task: Task) -> None:
-    """The kernel of this task starts in a sandbox with a scratch folder and a runtime folder of its own."""
+def _set_sandbox(task: Task, group: cgroups.KernelGroup | None) -> None:
+    """The kernel of this task starts in a sandbox with a scratch folder, a runtime folder and a log file of its
+    own, in its control group when it has one."""
     scratch, runtime = task.directory / "scratch", task.directory / "runtime"
     scratch.mkdir(parents=True)
-    runtime.mkdir(parents=True)
-    settings = Settings(str(scratch), str(runtime), task.hidden, task.limits, task.use_bwrap)
+    runtime.mkdir(parents=True, mode=0o700)
+    settings = Settings(
+        str(scratch),
+        str(runtime),
+        str(task.directory / KERNEL_LOG),
+        task.hidden,
+        task.limits,
+        task.use_bwrap,
+        None if group is None else (group.version, tuple(str(folder) for folder in group.folders)),
+    )
     os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
+
+
+def _kernel_log_tail(task: Task) -> str:
+    """The end of what the kernel wrote on its standard output and error (its own log file)."""
+    path = task.directory / KERNEL_LOG
+    if not path.exists():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - MAX_KERNEL_LOG_BYTES))
+        tail = handle.read().decode("utf-8", "backslashreplace")
+    return f"--- the kernel's standard output and error (last {MAX_KERNEL_LOG_BYTES} bytes at most) ---\n{tail}"
+
+
+def _kernel_group(task: Task, log: list[str]) -> cgroups.KernelGroup | None:
+    if not task.use_cgroup:
+        return None
+    limits = task.limits
+    try:
+        return cgroups.KernelGroup.create(memory_bytes=limits.memory_mb * MEGABYTE, processes=limits.processes)
+    except OSError as error:
+        log.append(f"the kernel's control group could not be made: {error}")
+        return None
 
 
 def grade_task(task: Task) -> Result:
@@ -318,22 +374,28 @@ def grade_task(task: Task) -> Result:
     from nbgrader.converters import Autograde, GenerateFeedback
 
     course_root = task.directory / "course"
-    log = []
+    log: list[str] = []
+    group = None
     try:
         shutil.copytree(task.template / "source" / task.assignment, course_root / "source" / task.assignment)
         shutil.copy2(task.template / "gradebook.db", course_root / "gradebook.db")
         submitted = course_root / "submitted" / task.student / task.assignment
         submitted.mkdir(parents=True)
         shutil.copy2(task.notebook, submitted / task.notebook.name)
-        _set_sandbox(task)
+        group = _kernel_group(task, log)
+        _set_sandbox(task, group)
         try:
             log.append(_nbgrader_step(Autograde, course_root, task, **_autograde_config(task.limits)))
         except NbgraderError as error:
             log.append(str(error))
-            return _write_ungraded(task, _failure_reason(str(error)))
+            return _write_ungraded(task, _failure_reason(str(error), _memory_note(task, group)))
         notes = [*task.notes, *_timeout_notes(log[-1])]
+        if memory_note := _memory_note(task, group):
+            notes.append(memory_note)
         decided = _decide_outside_kernel(course_root, task)
         items = _items_from_gradebook(course_root, task, decided)
+        # Student HTML, scripts and active outputs never reach the page the instructor opens.
+        sanitize_notebook_file(course_root / "autograded" / task.student / task.assignment / task.notebook.name)
         log.append(
             _nbgrader_step(GenerateFeedback, course_root, task, HTMLExporter={"template_name": "feedback"})
         )
@@ -345,14 +407,18 @@ def grade_task(task: Task) -> Result:
             / task.notebook.with_suffix(".html").name
         )
         task.feedback.parent.mkdir(parents=True, exist_ok=True)
-        task.feedback.write_text(add_notes(page.read_text(), notes))
+        task.feedback.write_text(add_notes(page.read_text(encoding="utf-8"), notes), encoding="utf-8")
         return Result(task.student, task.assignment, items, notes)
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
         log.append(traceback.format_exc())
         return _write_ungraded(task, "the grader failed on this submission (see its log)")
     finally:
-        task.log.parent.mkdir(parents=True, exist_ok=True)
-        task.log.write_text("\n".join(log))
+        if group is not None:
+            group.remove()
+        with contextlib.suppress(Exception):  # a log that cannot be written must not lose the grade
+            log.append(_kernel_log_tail(task))
+            task.log.parent.mkdir(parents=True, exist_ok=True)
+            task.log.write_bytes("\n".join(log).encode("utf-8", "backslashreplace"))
         shutil.rmtree(task.directory, ignore_errors=True)
 
 
@@ -368,14 +434,56 @@ def configured_limits() -> Limits:
     return Limits(**{name: int(section.get(name, getattr(defaults, name))) for name in Limits.__dataclass_fields__})
 
 
-def _clear_outputs(out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def _publish(staging: Path, out: Path) -> None:
+    """Put the outputs built in ``staging`` in place of the previous ones in ``out``, then drop the old ones.
+
+    Until this step the previous results stay whole: a batch that fails on the way deletes nothing.
+    """
+    retired = staging / ".previous"
+    retired.mkdir()
     for name in OUTPUT_NAMES:
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+        if (out / name).exists() or (out / name).is_symlink():
+            os.replace(out / name, retired / name)
+        if (staging / name).exists():
+            os.replace(staging / name, out / name)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits) -> list[str]:
+    """What report.txt says about the limits that do not hold on this machine, plainly."""
+    found = []
+    if bwrap:
+        found.append(
+            f"kernels ran WITHOUT a sandbox, with resource limits only: {bwrap}. They could read what the "
+            "grader's user can read and reach the network"
+        )
+    if cgroup:
+        root = os.geteuid() == 0
+        processes = "NOT limited (the grader runs as root, which RLIMIT_NPROC does not bind)" if root else (
+            "limited per user, not per kernel"
+        )
+        found.append(
+            f"kernels had no control group ({cgroup}): memory was limited as address space only "
+            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap), processes "
+            f"were {processes}, and no kernel had a CPU share of its own (README: 'Limits that hold')"
+        )
+    return found
+
+
+def _prepare_task(task: Task, submission, released: nbformat.NotebookNode) -> Task | Result:
+    """The task to run for one submission, or its result when it cannot be graded. Never raises."""
+    try:
+        if submission.path is None:
+            return _write_ungraded(task, "the folder holds no notebook")
+        prepared = prepare(submission.path, released)
+        task = dataclasses.replace(task, notes=(*task.notes, *prepared.notes))
+        if prepared.notebook is None:
+            return _write_ungraded(task, prepared.reason or "unknown")
+        task.notebook.parent.mkdir(parents=True)
+        task.notebook.write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
+        return task
+    except Exception as error:  # noqa: BLE001 (one submission's problem stays with it)
+        return _write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
 
 
 def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
@@ -470,11 +578,14 @@ def _export_row(result: Result) -> dict[str, str]:
 
 
 def _write_csvs(results: list[Result], out: Path) -> None:
-    with open(out / "grades.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, EXPORT_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(_export_row(result) for result in results)
-    with open(out / "items.csv", "w", newline="") as handle:
+    """``grades.csv`` and ``items.csv``; every cell a student could choose is neutralized (:func:`csv_row`)."""
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(EXPORT_COLUMNS)
+        for result in results:
+            row = _export_row(result)
+            writer.writerow(csv_row(row[column] for column in EXPORT_COLUMNS))
+    with open(out / "items.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(ITEM_COLUMNS)
         for result in results:
@@ -483,17 +594,18 @@ def _write_csvs(results: list[Result], out: Path) -> None:
             for item in result.items:
                 scores = (str(float(item.score)), str(float(item.max_score)))
                 writer.writerow(
-                    [result.student, result.assignment, item.grade_id, *scores, item.status, item.message]
+                    csv_row([result.student, result.assignment, item.grade_id, *scores, item.status, item.message])
                 )
 
 
 def _write_report(results: list[Result], warnings_found: list[str], out: Path) -> None:
-    lines = ["Warnings:", *(f"- {warning}" for warning in warnings_found)] if warnings_found else []
+    """``report.txt``: one line per warning, per submission and per note, control characters escaped."""
+    lines = ["Warnings:", *(f"- {report_text(warning)}" for warning in warnings_found)] if warnings_found else []
     for result in results:
         header = f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}"
-        lines.append(header + (f" (not graded: {result.reason})" if result.reason else ""))
-        lines += [f"  note: {note}" for note in result.notes]
-    (out / "report.txt").write_text("\n".join(lines) + "\n")
+        lines.append(report_text(header + (f" (not graded: {result.reason})" if result.reason else "")))
+        lines += [f"  note: {report_text(note)}" for note in result.notes]
+    (out / "report.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def grade(
@@ -537,8 +649,24 @@ def grade(
         raise FileNotFoundError(f"{path} does not exist")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    _clear_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
     class_gradebook = _open_class_gradebook(db_url or f"sqlite:///{out / 'gradebook.db'}")
+    staging = out / f".autograder-new-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        results, warnings_found = _grade_into(
+            path, staging, out, class_gradebook, db_url, jobs, timeout, report, limits, sandbox, progress
+        )
+        _write_csvs(results, staging)
+        _write_report(results, warnings_found, staging)
+        _publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, report, limits, sandbox, progress):
+    """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings)."""
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
         root, warnings_found = _submission_root(path, work)
@@ -554,12 +682,14 @@ def grade(
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
         limits = limits or configured_limits()
         problem = bwrap_problem() if sandbox else "the sandbox was turned off (--no-sandbox)"
-        if problem:
-            warnings_found.append(f"kernels ran WITHOUT a sandbox, with resource limits only: {problem}")
+        cgroup_problem = cgroups.problem()
+        warnings_found += _enforcement_warnings(problem, cgroup_problem, limits)
+        database = _sqlite_file(db_url)
         hidden = tuple(
             str(hidden_path)
             for hidden_path in (
-                work, out, path, REPOSITORY / "autograder" / "source", REPOSITORY / "tests", REPOSITORY / ".git"
+                work, out, path, *([database] if database else []),
+                REPOSITORY / "autograder" / "source", REPOSITORY / "tests", REPOSITORY / ".git",
             )
         )
         marker = new_marker()
@@ -578,10 +708,6 @@ def grade(
         try:
             tasks = []
             for index, submission in enumerate(collection.submissions):
-                if submission.path is None:
-                    prepared = Prepared(None, "the folder holds no notebook")
-                else:
-                    prepared = prepare(submission.path, released[submission.assignment])
                 task = Task(
                     student=submission.student,
                     assignment=submission.assignment,
@@ -589,28 +715,28 @@ def grade(
                     template=course.directory,
                     directory=work / "tasks" / str(index),
                     layout=layouts[submission.assignment],
-                    notes=(*submission.notes, *prepared.notes),
-                    feedback=out
+                    notes=submission.notes,
+                    feedback=staging
                     / "feedback"
                     / submission.student
                     / submission.assignment
                     / f"{submission.assignment}.html",
-                    log=out / "logs" / submission.student / f"{submission.assignment}.log",
+                    log=staging / "logs" / submission.student / f"{submission.assignment}.log",
                     timeout=timeout,
                     splits=splits[submission.assignment],
                     marker=marker,
                     hidden=hidden,
                     limits=limits,
                     use_bwrap=problem is None,
+                    use_cgroup=cgroup_problem is None,
                 )
-                if prepared.notebook is None:
-                    deliver(_write_ungraded(task, prepared.reason or "unknown"))
+                prepared = _prepare_task(task, submission, released[submission.assignment])
+                if isinstance(prepared, Result):
+                    deliver(prepared)
                 else:
-                    task.notebook.parent.mkdir(parents=True)
-                    nbformat.write(prepared.notebook, task.notebook)
-                    tasks.append(task)
+                    tasks.append(prepared)
             if tasks:
-                worker_logs = out / "logs"
+                worker_logs = staging / "logs"
                 worker_logs.mkdir(parents=True, exist_ok=True)
                 workers = min(jobs or min(os.cpu_count() or 1, MAX_DEFAULT_JOBS), len(tasks))
                 _run_tasks(tasks, workers, course.jupyter_directory, worker_logs, deliver)
@@ -633,6 +759,11 @@ def grade(
                     )
                 )
     results.sort(key=lambda result: (result.assignment, result.student))
-    _write_csvs(results, out)
-    _write_report(results, warnings_found, out)
-    return results
+    return results, warnings_found
+
+
+def _sqlite_file(db_url: str | None) -> Path | None:
+    """The file of a SQLite gradebook URL (None for the default, inside the output folder, or another database)."""
+    if not db_url or not db_url.startswith("sqlite:///"):
+        return None
+    return Path(db_url[len("sqlite:///") :]).resolve()

@@ -20,10 +20,13 @@ c.Execute.timeout = 120
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
 
-# The sandbox of every student's kernel while grading (autograder/sandbox.py): bubblewrap with these
-# resource limits (0: no limit). `python -m autograder grade --memory-mb ...` overrides them.
-c.AutograderSandbox.memory_mb = 4096  # address space; torch alone takes about 700 MB of it
-c.AutograderSandbox.cpu_seconds = 600  # CPU time of the whole kernel
-c.AutograderSandbox.processes = 64  # processes and threads beyond those the grading user already runs
+# The sandbox of every student's kernel while grading (autograder/sandbox.py): bubblewrap, a control group
+# (autograder/cgroups.py) and these limits (0: no limit). `python -m autograder grade --memory-mb ...`
+# overrides them.
+c.AutograderSandbox.memory_mb = 4096  # address space and control-group memory; torch alone takes ~700 MB
+c.AutograderSandbox.cpu_seconds = 600  # CPU time of each process of the kernel
+c.AutograderSandbox.processes = 64  # processes and threads of the kernel (its control group)
 c.AutograderSandbox.file_size_mb = 64  # largest file the kernel may write
 c.AutograderSandbox.output_kb = 1024  # output a cell may send the grader; the rest is cut, with a note
+c.AutograderSandbox.notebook_output_kb = 4096  # output and widget messages of the whole notebook
+c.AutograderSandbox.tmp_mb = 256  # the kernel's /tmp (its working folder) and /dev/shm, each

@@ -1,26 +1,34 @@
-"""The sandbox of a student's kernel: bubblewrap, resource limits, and the fallback when bwrap cannot run.
+"""The sandbox of a student's kernel: what it may see, who it runs as, and the limits that hold it.
 
 The kernelspec written by :func:`autograder.course.write_kernelspec` starts ``python -m autograder.sandbox
-CONNECTION_FILE``; this module reads its settings from the environment variable ``AUTOGRADER_SANDBOX`` (JSON,
-set by the grader's worker for each submission), sets the resource limits, then replaces itself with
+CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environment variable
+``AUTOGRADER_SANDBOX`` (JSON, set by the grader's worker for each submission), and then, in this order:
 
-    bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-all --unshare-user --die-with-parent
-          --new-session --tmpfs <every hidden path> --bind <scratch> --bind <runtime> --chdir <scratch>
-          python -m ipykernel_launcher -f CONNECTION_FILE
+1. points its standard input at ``/dev/null`` and its standard output and error at the kernel's own log file,
+   so that nothing the kernel prints reaches the worker's files;
+2. moves itself into the kernel's control group (:mod:`autograder.cgroups`: memory with shared memory
+   counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
+   after the notebook ran;
+3. sets the resource limits (``setrlimit``: address space, CPU seconds, processes, file size, no core files);
+4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
+   inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability:
 
-(the empty tmpfs over /tmp and the hidden folders then remounted read-only) so that the kernel sees a read-only
-file system but for its own scratch folder (and the folder of its
-connection file and sockets), has no network (the kernel talks to nbgrader over Unix sockets: the grader
-sets ``KernelManager.transport = "ipc"``), sees no other process, and cannot see the gradebook, ``source/``,
-the other submissions, the outputs or the tests (each mounted over by an empty tmpfs).
+       bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
+             --ro-bind /usr /usr (and /bin, /lib... as on the machine) --ro-bind-try /etc/<a few files>
+             --ro-bind <the Python installation and its virtual environment>
+             --ro-bind <the course's two packages, posenc_ref and autograder; autograder/source covered>
+             --proc /proc --dev /dev --size N --tmpfs /tmp --size N --tmpfs /dev/shm
+             --bind <runtime folder> --remount-ro /  --chdir /tmp  python -m ipykernel_launcher -f CONNECTION_FILE
 
-Limits (``setrlimit``, inherited by the kernel and its children): address space (memory), CPU seconds,
-processes (counted over the sandbox's real user, so the grader adds the processes that user already runs),
-file size. Output is capped on the grader's side, in bytes per cell (:mod:`autograder.execute`), then in lines
-by nbgrader's ``LimitOutput``.
+The kernel's file system is built from nothing, by allowlist: no ``/home``, ``/root``, ``/run``, ``/var``,
+``/srv``, ``/mnt``, other checkouts, the gradebook, the submissions or the outputs, and no host socket
+(``/run`` is where servers put theirs); ``/tmp`` and ``/dev/shm`` are new and size-capped; it has no network
+(it talks to nbgrader over Unix sockets in its runtime folder: the grader sets
+``KernelManager.transport = "ipc"``) and sees no other process.
 
-Fallback: where bwrap cannot run (a container without user namespaces, or bwrap not installed), the kernel
-runs with the limits only, and the grader writes a warning into ``report.txt``.
+Fallback: where bwrap cannot run (not installed, or no user namespaces), the kernel runs with the limits and
+the clean environment only, in a scratch folder, as the grader's user; the grader writes this into
+``report.txt``, with every limit that does not hold.
 """
 
 from __future__ import annotations
@@ -36,28 +44,49 @@ from dataclasses import asdict, dataclass, field
 
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
+REPOSITORY = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir))
+COURSE_PACKAGES = ("posenc_ref", "autograder")
+HIDDEN_IN_PACKAGES = (os.path.join("autograder", "source"),)
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs and libraries read in /etc; nothing else of it (no passwd, hosts, ssl, machine-id).
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "fonts", "mime.types")
+# Variables passed from the grader's environment to the kernel when set; every other one is dropped.
+PASSED_THROUGH = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")
+SANDBOX_HOME = "/tmp"
+KERNEL_USER = "student"
 
 
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of a student's kernel; ``0`` means no limit."""
 
-    memory_mb: int = 4096  # address space; importing torch takes about 700 MB of it
+    memory_mb: int = 4096  # address space, and the control group's memory; importing torch takes ~700 MB
     cpu_seconds: int = 600
-    processes: int = 64  # beyond those the sandbox's user already runs
+    processes: int = 64  # processes and threads of the kernel's own user (or beyond the grader's, unsandboxed)
     file_size_mb: int = 64
     output_kb: int = 1024  # output a cell may send to the grader (autograder.execute); the rest is cut
+    notebook_output_kb: int = 4096  # output the whole notebook may send; the rest is cut
+    tmp_mb: int = 256  # size of the kernel's /tmp (its working folder), and of its /dev/shm
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What the launcher needs for one kernel (serialized into ``AUTOGRADER_SANDBOX``)."""
+    """What the launcher needs for one kernel (serialized into ``AUTOGRADER_SANDBOX``).
+
+    ``scratch``: the working folder when the kernel runs without bwrap; ``runtime``: the folder of the
+    connection file and the kernel's sockets; ``log``: the kernel's own log file (its stdout and stderr);
+    ``hidden``: folders covered even where they lie inside what the kernel may read; ``cgroup``: the kernel's
+    control group
+    (:class:`autograder.cgroups.KernelGroup` as ``[version, [folders]]``), or None.
+    """
 
     scratch: str
     runtime: str
+    log: str = os.devnull
     hidden: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
     use_bwrap: bool = True
+    cgroup: tuple[int, tuple[str, ...]] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -65,68 +94,115 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> Settings:
         data = json.loads(text)
+        cgroup = data.get("cgroup")
         return cls(
             scratch=str(data["scratch"]),
             runtime=str(data["runtime"]),
+            log=str(data.get("log", os.devnull)),
             hidden=tuple(str(path) for path in data.get("hidden", ())),
             limits=Limits(**data.get("limits", {})),
             use_bwrap=bool(data.get("use_bwrap", True)),
+            cgroup=None if cgroup is None else (int(cgroup[0]), tuple(str(path) for path in cgroup[1])),
         )
 
 
+NOBODY = 65534
 BASE_OPTIONS = (
-    *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"),
-    *("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"),
+    *("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"),
+    *("--uid", str(NOBODY), "--gid", str(NOBODY)),
 )
 
 
-@functools.cache
-def bwrap_problem() -> str | None:
-    """Why bwrap cannot run here (None when it can), checked once per process with a trivial sandbox."""
-    executable = shutil.which("bwrap")
-    if executable is None:
-        return "bwrap is not installed (Debian: apt-get install bubblewrap)"
-    try:
-        completed = subprocess.run(
-            [executable, *BASE_OPTIONS, "true"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bwrap could not start ({error})"
-    if completed.returncode != 0:
-        return f"bwrap cannot create a sandbox here ({completed.stderr.strip()[:200] or completed.returncode})"
-    return None
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
 
 
-REPOSITORY = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir))
-
-
-def _needed_under_tmp() -> list[str]:
-    """What the kernel needs to start and lies under /tmp, which the sandbox replaces with an empty file
-    system: the Python environment and the two packages it imports from the repository (not the rest of the
-    repository), bound back read-only before the hidden folders are covered (autograder/source stays hidden)."""
-    packages = (os.path.join(REPOSITORY, "posenc_ref"), os.path.join(REPOSITORY, "autograder"))
-    needed = {os.path.realpath(path) for path in (sys.prefix, sys.base_prefix, *packages)}
-    return sorted(path for path in needed if os.path.commonpath([path, "/tmp"]) == "/tmp")
+def readable_folders() -> list[str]:
+    """What the kernel reads besides the system: the Python installation, its virtual environment and the
+    course's packages (real paths, outermost only)."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    wanted = {os.path.realpath(path) for path in prefixes}
+    wanted |= {os.path.join(REPOSITORY, package) for package in COURSE_PACKAGES}
+    wanted = {path for path in wanted if not any(_inside(path, system) for system in SYSTEM_FOLDERS)}
+    return sorted(path for path in wanted if not any(other != path and _inside(path, other) for other in wanted))
 
 
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
-    for path in _needed_under_tmp():
-        argv += ["--ro-bind", path, path]
-    for path in settings.hidden:
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            argv += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            argv += ["--ro-bind", folder, folder]
+    for name in ETC_FILES:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    readable = readable_folders()
+    for folder in readable:
+        argv += ["--ro-bind", folder, folder]
+    covered = [os.path.join(REPOSITORY, path) for path in HIDDEN_IN_PACKAGES]
+    covered += [os.path.realpath(path) for path in settings.hidden]
+    covered = [path for path in dict.fromkeys(covered) if any(_inside(path, folder) for folder in readable)]
+    for path in covered:
         if os.path.isdir(path):
-            argv += ["--tmpfs", path]
+            argv += ["--tmpfs", path, "--remount-ro", path]
         elif os.path.exists(path):
-            argv += ["--ro-bind", "/dev/null", path]
-    for path in (settings.scratch, settings.runtime):
-        argv += ["--bind", path, path]
-    # The empty file systems over /tmp and the hidden folders are made read-only last, once the mount points
-    # of the scratch and runtime folders exist in them; the scratch folder is the only place to write.
-    for path in (*[path for path in settings.hidden if os.path.isdir(path)], "/tmp"):
-        argv += ["--remount-ro", path]
-    argv += ["--chdir", settings.scratch, "--setenv", "HOME", settings.scratch, "--"]
+            argv += ["--ro-bind", os.devnull, path]
+    tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path in ("/tmp", "/dev/shm"):
+        argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
+    # The root that bwrap builds to hold these mounts is made read-only last: /tmp, /dev/shm and the runtime
+    # folder are the only places to write.
+    argv += ["--bind", settings.runtime, settings.runtime, "--remount-ro", "/", "--chdir", SANDBOX_HOME, "--"]
     return argv + command
+
+
+def kernel_environment(settings: Settings, parent: dict[str, str] | None = None) -> dict[str, str]:
+    """The kernel's whole environment, built from an allowlist: nothing else of the grader's (no passwords,
+    tokens or database URLs) reaches student code."""
+    parent = dict(os.environ if parent is None else parent)
+    home = SANDBOX_HOME if settings.use_bwrap else settings.scratch
+    environment = {name: parent[name] for name in PASSED_THROUGH if name in parent}
+    environment.update(
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]),
+        HOME=home,
+        TMPDIR=home,
+        USER=KERNEL_USER,
+        LOGNAME=KERNEL_USER,
+        LANG="C.UTF-8",
+        PYTHONPATH=REPOSITORY,
+        MPLBACKEND="Agg",
+        MPLCONFIGDIR=os.path.join(home, ".matplotlib"),
+        IPYTHONDIR=os.path.join(home, ".ipython"),
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+    )
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    return environment
+
+
+def kernel_command(connection_file: str) -> list[str]:
+    return [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot run a Python kernel here, or None when it can; checked once per process, with the
+    real sandbox (the course's packages imported from the allowlisted folders)."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (Debian: apt-get install bubblewrap)"
+    runtime = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))  # any folder that exists
+    settings = Settings(scratch=runtime, runtime=runtime, limits=Limits(tmp_mb=16))
+    argv = bwrap_argv(settings, [sys.executable, "-c", "import ipykernel, autograder.answers"])
+    try:
+        completed = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, check=False, env=kernel_environment(settings)
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap could not start ({error})"
+    if completed.returncode != 0:
+        return f"bwrap cannot create a sandbox here ({completed.stderr.strip()[-300:] or completed.returncode})"
+    return None
 
 
 def _processes_of_this_user() -> int:
@@ -143,14 +219,19 @@ def _processes_of_this_user() -> int:
 
 
 def apply_limits(limits: Limits) -> None:
-    """Set this process's resource limits (inherited by what it executes)."""
+    """Set this process's resource limits (inherited by what it executes).
+
+    The process limit counts beyond the processes this user already runs, and binds no process of root (the
+    kernel's control group holds the count there).
+    """
     pairs = [
         (resource.RLIMIT_AS, limits.memory_mb * MEGABYTE),
         (resource.RLIMIT_CPU, limits.cpu_seconds),
         (resource.RLIMIT_FSIZE, limits.file_size_mb * MEGABYTE),
     ]
     if limits.processes:
-        pairs.append((resource.RLIMIT_NPROC, _processes_of_this_user() + limits.processes))
+        pairs.append((resource.RLIMIT_NPROC, limits.processes + _processes_of_this_user()))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for kind, value in pairs:
         if value:
             _, hard = resource.getrlimit(kind)
@@ -158,8 +239,16 @@ def apply_limits(limits: Limits) -> None:
             resource.setrlimit(kind, (value, value if hard == resource.RLIM_INFINITY else hard))
 
 
-def kernel_command(connection_file: str) -> list[str]:
-    return [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+def _redirect_output(log: str) -> None:
+    """Standard input from /dev/null, standard output and error into the kernel's own log file."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    handle = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(handle, 1)
+    os.dup2(handle, 2)
+    for fd in (null, handle):
+        if fd > 2:
+            os.close(fd)
 
 
 def main(argv: list[str]) -> None:
@@ -170,24 +259,23 @@ def main(argv: list[str]) -> None:
         command = kernel_command(connection_file)
         os.execv(command[0], command)
     settings = Settings.from_json(text)
+    _redirect_output(settings.log)
     # The client may have written the connection file where the sandbox hides it (nbclient: a temporary file).
     visible = os.path.join(settings.runtime, os.path.basename(connection_file))
     if os.path.abspath(connection_file) != visible:
         shutil.copyfile(connection_file, visible)
-    command = kernel_command(visible)
-    for variable, name in (("IPYTHONDIR", ".ipython"), ("MPLCONFIGDIR", ".matplotlib")):
-        os.environ[variable] = os.path.join(settings.scratch, name)
-    os.environ["HOME"] = settings.scratch
-    os.environ["TMPDIR"] = settings.scratch
+    if settings.cgroup is not None:
+        for folder in settings.cgroup[1]:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
     apply_limits(settings.limits)
+    environment = kernel_environment(settings)
+    command = kernel_command(visible)
     if settings.use_bwrap:
-        # In its own PID namespace the kernel's parent is bwrap's init (PID 1), which ipykernel would take for
-        # a dead parent; bwrap's --die-with-parent ends the kernel with the grader instead.
-        os.environ.pop("JPY_PARENT_PID", None)
         command = bwrap_argv(settings, command)
     else:
         os.chdir(settings.scratch)
-    os.execv(command[0], command)
+    os.execve(command[0], command, environment)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Every finding becomes a note on the student's feedback.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import nbformat
 from nbformat import NotebookNode
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -173,12 +175,33 @@ def _note_suspicious_code(notebook: NotebookNode, notes: list[str]) -> None:
             )
 
 
+def _replace_lone_surrogates(value: Any) -> tuple[Any, int]:
+    """``value`` with every lone surrogate (JSON's ``"\\ud800"``, which no UTF-8 file can hold) replaced by
+    U+FFFD; and how many strings changed."""
+    if isinstance(value, str):
+        fixed = _SURROGATE.sub("\ufffd", value)
+        return fixed, int(fixed != value)
+    if isinstance(value, list):
+        pairs = [_replace_lone_surrogates(item) for item in value]
+        return [item for item, _ in pairs], sum(count for _, count in pairs)
+    if isinstance(value, dict):
+        changed = 0
+        for key in list(value):
+            value[key], count = _replace_lone_surrogates(value[key])
+            changed += count
+        return value, changed
+    return value, 0
+
+
 def prepare(path: Path, released: NotebookNode) -> Prepared:
     """Read a submission and make it gradable against its released notebook; see the module docstring."""
     notebook, reason = read_notebook(path)
     if notebook is None:
         return Prepared(None, reason)
     notes: list[str] = []
+    notebook, replaced = _replace_lone_surrogates(notebook)
+    if replaced:
+        notes.append(f"{replaced} text(s) held characters no file can store (lone surrogates); each became \ufffd")
     if not any(_grade_id(cell) for cell in notebook.cells):
         notes.append(
             "no cell of the notebook carries nbgrader's metadata (was it copied into a new notebook?)"

@@ -131,9 +131,9 @@ def test_attack_earns_no_point_and_leaks_nothing(batch, attack):
     # What the probing attacks printed (their source, also on the page, has no "[" after the colon).
     reached = [ast.literal_eval(html.unescape(text)) for text in re.findall(r"REACHED: (\[[^<\n]*\])", page)]
     assert len(reached) == (1 if attack in PROBING else 0)
-    # The only folders a kernel may write to are its own scratch folder and the folder of its sockets; it may
-    # read besides only the public code it runs on (when these lie under /tmp, the sandbox shows them there).
-    assert all(Path(path).name in ("scratch", "runtime") or (attack == "read_files_nearby" and _public(path))
+    # The only places a kernel may write to are its own new /tmp (which holds the folder of its sockets); it
+    # may read besides only the public code it runs on.
+    assert all(Path(path).is_relative_to("/tmp") or "runtime" in Path(path).parts or (attack == "read_files_nearby" and _public(path))
                for found in reached for path in found), reached
 
 

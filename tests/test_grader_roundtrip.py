@@ -317,7 +317,7 @@ def test_every_submission_has_a_feedback_page_with_its_scores(graded, grades):
 
 def test_notebooks_outside_student_assignment_folders_are_reported_not_graded(graded):
     report = (graded / "report.txt").read_text()
-    assert "submitted/: notebooks must be in <student>/<assignment>/ folders" in report
+    assert "stray.ipynb: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb" in report
     assert "__MACOSX" not in report
 
 

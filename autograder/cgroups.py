@@ -1,0 +1,227 @@
+"""A control group per student kernel: memory (shared memory included), processes and an equal CPU share.
+
+Resource limits set with ``setrlimit`` are per process and do not all bind root; a control group holds a
+kernel and every process it starts, whatever their user, session or name:
+
+- memory: ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1), in bytes of resident memory, page cache and
+  shared memory (files in ``/dev/shm`` and ``/tmp`` are charged to the group that wrote them); swap is off;
+- processes: ``pids.max``, processes and threads together;
+- CPU: every kernel's group has the same weight (``cpu.weight`` 100 in v2, ``cpu.shares`` 1024 in v1), so a
+  kernel that starts sixty busy processes gets the same share of the cores as a neighbour that starts one.
+
+Where the groups live: under the grader's own group in each hierarchy (``/proc/self/cgroup``), or under
+``AUTOGRADER_CGROUP``: a cgroup v2 folder delegated to the grader's user, or ``self`` when the grader's own
+group is delegated to it (``systemd-run --scope -p Delegate=yes``, see README); the grader's processes then
+move into a leaf of it, ``autograder-grader``, since cgroup v2 hands controllers down only from a group that
+holds no process. cgroup v2 is used when its unified hierarchy offers the three controllers, else the v1
+hierarchies ``memory``, ``pids`` and ``cpu``. :func:`problem` says why neither can be used; the grader then
+writes that into ``report.txt``.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+DELEGATED_VARIABLE = "AUTOGRADER_CGROUP"
+CONTROLLERS = ("memory", "pids", "cpu")
+KERNELS_FOLDER = "autograder-kernels"
+GRADER_FOLDER = "autograder-grader"
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where kernel groups are made: one folder per controller (v1) or one folder for all (v2)."""
+
+    version: int
+    parents: tuple[Path, ...]
+
+
+def _own_paths() -> dict[str, str]:
+    """The grader's group in each hierarchy: ``{"": path}`` for v2, ``{controller: path}`` for v1."""
+    paths = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
+def _enable_controllers(folder: Path) -> None:
+    wanted = " ".join(f"+{name}" for name in CONTROLLERS)
+    (folder / "cgroup.subtree_control").write_text(wanted)
+
+
+def _v2_hierarchy(base: Path, *, move_own: bool = False) -> Hierarchy:
+    """Kernel groups under ``base/autograder-kernels``, with the three controllers enabled down to them.
+
+    cgroup v2 lets a group hand controllers to its children only while it holds no process itself: this works
+    when ``base`` is the root of the hierarchy or holds no process; with ``move_own`` (``base`` is delegated to
+    the grader, and every process in it is the grader's) the processes in ``base`` move into the leaf
+    ``base/autograder-grader`` first.
+    """
+    available = set((base / "cgroup.controllers").read_text().split())
+    missing = [name for name in CONTROLLERS if name not in available]
+    if missing:
+        raise OSError(f"the cgroup v2 folder {base} does not offer the controller(s) {', '.join(missing)}")
+    try:
+        _enable_controllers(base)
+    except OSError as error:
+        if not (move_own and error.errno == errno.EBUSY):
+            raise
+        leaf = base / GRADER_FOLDER
+        leaf.mkdir(exist_ok=True)
+        for pid in (base / "cgroup.procs").read_text().split():
+            (leaf / "cgroup.procs").write_text(pid)
+        _enable_controllers(base)
+    kernels = base / KERNELS_FOLDER
+    kernels.mkdir(exist_ok=True)
+    _enable_controllers(kernels)
+    return Hierarchy(2, (kernels,))
+
+
+def _v1_hierarchy(own: dict[str, str]) -> Hierarchy:
+    parents = []
+    for controller in CONTROLLERS:
+        mount = ROOT / controller
+        if controller not in own or not (mount / "cgroup.procs").exists():
+            raise OSError(f"the cgroup v1 controller {controller} is not mounted at {mount}")
+        parent = mount / own[controller].lstrip("/") / KERNELS_FOLDER
+        parent.mkdir(exist_ok=True)
+        parents.append(parent)
+    return Hierarchy(1, tuple(parents))
+
+
+@functools.cache
+def hierarchy() -> Hierarchy | str:
+    """The hierarchy kernel groups are made in, or why there is none (checked once per process)."""
+    delegated = os.environ.get(DELEGATED_VARIABLE)
+    errors = []
+    try:
+        own = _own_paths()
+        unified = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
+        if delegated == "self":
+            base = unified / own.get("", "").lstrip("/")
+            found = _v2_hierarchy(base, move_own=True)
+            os.environ[DELEGATED_VARIABLE] = str(base)  # for the workers, whose own group is now the leaf
+            return found
+        if delegated:
+            return _v2_hierarchy(Path(delegated), move_own=True)
+        if "" in own and (unified / "cgroup.controllers").exists():
+            try:
+                return _v2_hierarchy(unified / own[""].lstrip("/"))
+            except OSError as error:
+                errors.append(f"cgroup v2: {error.strerror or error}")
+        return _v1_hierarchy(own)
+    except OSError as error:
+        errors.append(f"{error.strerror or error}" + (f" ({error.filename})" if error.filename else ""))
+        return "; ".join(errors)
+
+
+def problem() -> str | None:
+    """Why kernels cannot get control groups here (None when they can)."""
+    found = hierarchy()
+    if isinstance(found, str):
+        return found
+    try:
+        group = KernelGroup.create(memory_bytes=64 * 1024 * 1024, processes=8)
+    except OSError as error:
+        return f"a control group could not be made ({error.strerror or error})"
+    group.remove()
+    return None
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    """The control group(s) of one kernel: one folder in v2, one per controller in v1."""
+
+    version: int
+    folders: tuple[Path, ...]
+
+    @classmethod
+    def create(cls, *, memory_bytes: int, processes: int) -> KernelGroup:
+        """Make a new group with these limits (0: none) and an equal CPU weight; OSError if it cannot."""
+        found = hierarchy()
+        if isinstance(found, str):
+            raise OSError(found)
+        name = f"kernel-{os.getpid()}-{secrets.token_hex(4)}"
+        folders = tuple(parent / name for parent in found.parents)
+        for folder in folders:
+            folder.mkdir()
+        group = cls(found.version, folders)
+        try:
+            group._write_limits(memory_bytes, processes)
+        except OSError:
+            group.remove()
+            raise
+        return group
+
+    def _file(self, v2_name: str, v1_name: str) -> Path:
+        if self.version == 2:
+            return self.folders[0] / v2_name
+        controller = v1_name.split(".", 1)[0]
+        return self.folders[CONTROLLERS.index(controller)] / v1_name
+
+    def _write_limits(self, memory_bytes: int, processes: int) -> None:
+        if memory_bytes:
+            self._file("memory.max", "memory.limit_in_bytes").write_text(str(memory_bytes))
+            swap = self._file("memory.swap.max", "memory.memsw.limit_in_bytes")
+            if swap.exists():
+                swap.write_text("0" if self.version == 2 else str(memory_bytes))
+        if processes:
+            self._file("pids.max", "pids.max").write_text(str(processes))
+        self._file("cpu.weight", "cpu.shares").write_text("100" if self.version == 2 else "1024")
+
+    def join(self, pid: int = 0) -> None:
+        """Move process ``pid`` (0: this one) into the group; its children will be born there."""
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text(str(pid or os.getpid()))
+
+    def pids(self) -> set[int]:
+        found = set()
+        for folder in self.folders:
+            try:
+                found |= {int(line) for line in (folder / "cgroup.procs").read_text().split()}
+            except OSError:
+                continue
+        return found
+
+    def memory_limit_hits(self) -> int:
+        """How many processes of the group the kernel's out-of-memory killer ended at the group's limit."""
+        try:
+            events_file = self._file("memory.events", "memory.oom_control")
+            events = dict(line.split()[:2] for line in events_file.read_text().splitlines() if line.strip())
+            return int(events.get("oom_kill", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def remove(self) -> None:
+        """Kill every process left in the group, then remove its folders. Never raises."""
+        kill = self.folders[0] / "cgroup.kill"
+        for _ in range(50):
+            remaining = self.pids()
+            if not remaining:
+                break
+            if self.version == 2 and kill.exists():
+                try:
+                    kill.write_text("1")
+                except OSError:
+                    pass
+            for pid in remaining:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    continue
+            time.sleep(0.02)
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                continue

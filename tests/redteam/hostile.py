@@ -1,0 +1,135 @@
+"""The second round of hostile submissions (tests/test_grader_hostile.py): attacks on the other students, on
+the batch, on what the kernel can see, on the limits, and on the instructor's files.
+
+As in :mod:`redteam`, each kernel attack is the blank released ``01_permutation`` notebook with the attack's
+code in place of the first answer, and reports what it reached on a line ``REACHED: [...]`` (an empty list
+when it reached nothing). ``{probe}`` is replaced by a dict of what to aim at, made by the test.
+"""
+
+from __future__ import annotations
+
+# name -> code. Every attack earns 0; the test checks what each one reports.
+KERNEL_ATTACKS: dict[str, str] = {
+    "read_host_secrets": """
+        import glob, os
+        probe = {probe}
+        reached = []
+        for path in probe["secrets"]:
+            try:
+                with open(path, "rb") as handle:
+                    handle.read(16)
+                reached.append(path)
+            except OSError:
+                pass
+        for pattern in ("/var/tmp/**", "/run/**", "/home/**", "/root/**", "/srv/**", "/mnt/**", "/var/lib/**"):
+            for path in glob.glob(pattern, recursive=True)[:5000]:
+                if os.path.isfile(path) and os.access(path, os.R_OK) and not path.startswith(probe["public"]):
+                    reached.append(path)
+        print("REACHED:", sorted(set(reached))[:50])
+        """,
+    "read_environment": """
+        import os
+        print("REACHED:", sorted(f"{name}={value}" for name, value in os.environ.items() if "secret" in value))
+        """,
+    "connect_host_sockets": """
+        import os, socket, stat
+        probe = {probe}
+        candidates = list(probe["sockets"])
+        for top in ("/run", "/var/run", "/tmp", "/var/tmp", "/dev/shm"):
+            for folder, _, names in os.walk(top):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    try:
+                        if stat.S_ISSOCK(os.lstat(path).st_mode):
+                            candidates.append(path)
+                    except OSError:
+                        pass
+        reached = []
+        for path in candidates:
+            try:
+                client = socket.socket(socket.AF_UNIX)
+                client.settimeout(2)
+                client.connect(path)
+                reached.append(path)
+            except OSError:
+                pass
+        print("REACHED:", reached)
+        """,
+    "stderr_flood": """
+        import os
+        block = b"x" * (1024 * 1024)
+        for _ in range(80):
+            for fd in (1, 2):
+                try:
+                    os.write(fd, block)
+                except OSError:
+                    pass
+        """,
+    "busy_processes": """
+        import os, time
+        for _ in range(60):
+            try:
+                if os.fork() == 0:
+                    os.setsid()
+                    while True:
+                        pass
+            except OSError:
+                break
+        time.sleep(8)
+        """,
+    "many_processes": """
+        import os, time
+        count = 0
+        for _ in range(300):
+            try:
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                count += 1
+            except OSError:
+                break
+        print("PROCESSES:", count)
+        """,
+    "shm_hoard": """
+        written = 0
+        try:
+            with open("/dev/shm/hoard", "wb") as handle:
+                for _ in range(2560):
+                    handle.write(b"0" * (1024 * 1024))
+                    written += 1
+        except OSError:
+            pass
+        print("SHM_MB:", written)
+        """,
+    "comm_flood": """
+        from ipykernel.comm import Comm
+        comm = Comm(target_name="flood", data={})
+        payload = "z" * (15 * 1024 * 1024)
+        for _ in range(200):
+            comm.send(data={"payload": payload})
+        """,
+    "output_every_cell": """
+        def loud(lines):
+            return ["print('w' * 1_000_000)\\n", *lines]
+        get_ipython().input_transformers_cleanup.append(loud)
+        """,
+    "html_and_script": """
+        from IPython.display import HTML, Javascript, Markdown, SVG, display
+        display(HTML("<script>document.title='pwned-by-html'</script><img src=x onerror=alert('pwned-onerror')>"
+                     "<iframe src='javascript:alert(1)'></iframe><a href='javascript:alert(2)'>click</a>"))
+        display(Javascript("document.title='pwned-by-javascript'"))
+        display(Markdown("<script>document.title='pwned-by-markdown'</script>**bold**"))
+        display(SVG("<svg xmlns='http://www.w3.org/2000/svg'><script>document.title='pwned-by-svg'</script></svg>"))
+        """,
+    "formula_exception": """
+        Formula = type('=HYPERLINK("http://evil.example","click")', (Exception,), {})
+        def self_attention(x, w_query, w_key, w_value, causal=False):
+            raise Formula("+cmd|' /C calc'!A0")
+        def equivariance_error(layer, x, permutation):
+            raise Formula("@SUM(1+1)")
+        """,
+}
+
+# Twelve nested sines for each of the six entries of exercise 2.3 (02_sinusoidal, pe_d6_p2_answer).
+NESTED_SINES = "sin(" * 12 + "1" + ")" * 12
+SYMPY_BOMB = f"pe_d6_p2 = [{NESTED_SINES!r}] * 6"

@@ -1,0 +1,135 @@
+"""From a class's folder or zip to the notebooks that get graded: exact paths, archives that fight back, file
+names and text that are not valid Unicode, and a batch whose failure deletes nothing (autograder.submissions,
+autograder.sanitize, autograder.grade). No kernel runs here but where a test says so."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import grade as grade_module
+from autograder.grade import grade
+from autograder.sanitize import prepare
+from autograder.submissions import collect, extract_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
+RELEASED = ROOT / "notebooks" / "01_permutation.ipynb"
+
+
+def _put(root: Path, relative: str, content: bytes | None = None) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(RELEASED.read_bytes() if content is None else content)
+    return path
+
+
+def test_only_student_assignment_notebook_paths_are_submissions(tmp_path):
+    _put(tmp_path, "victim/01_permutation/01_permutation.ipynb")
+    forged = "aaron/01_permutation/victim/01_permutation/01_permutation.ipynb"
+    _put(tmp_path, forged)
+    _put(tmp_path, "stray.ipynb")
+    collection = collect(tmp_path, ASSIGNMENTS)
+    found = {(s.student, s.assignment): s.path for s in collection.submissions}
+    assert found == {
+        ("victim", "01_permutation"): tmp_path / "victim" / "01_permutation" / "01_permutation.ipynb",
+        ("aaron", "01_permutation"): None,  # his folder holds no notebook of its own
+    }
+    assert any(warning.startswith(forged) and "not graded" in warning for warning in collection.warnings)
+    assert any(warning.startswith("stray.ipynb") for warning in collection.warnings)
+
+
+def test_a_wrapping_folder_is_the_class_root_but_a_single_student_is_not(tmp_path):
+    _put(tmp_path / "wrapped", "submitted/ada/01_permutation/01_permutation.ipynb")
+    _put(tmp_path / "single", "ada/01_permutation/01_permutation.ipynb")
+    for root in (tmp_path / "wrapped", tmp_path / "single"):
+        collection = collect(root, ASSIGNMENTS)
+        assert [(s.student, s.assignment) for s in collection.submissions] == [("ada", "01_permutation")], root
+
+
+def test_a_zip_that_fights_back_loses_only_its_own_members(tmp_path):
+    archive = tmp_path / "class.zip"
+    notebook = RELEASED.read_bytes()
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("ada/01_permutation/01_permutation.ipynb", notebook)
+        bundle.writestr("clash/01_permutation/01_permutation.ipynb", notebook)  # a file ...
+        bundle.writestr("clash/01_permutation/01_permutation.ipynb/inner.ipynb", notebook)  # ... used as a folder
+        bundle.writestr("dan/x.ipynb", notebook)  # a file ...
+        bundle.writestr("dan/x.ipynb/01_permutation/01_permutation.ipynb", notebook)  # ... with a file under it
+        bundle.writestr(zipfile.ZipInfo("eve/01_permutation/01_permutation.ipynb/"), b"")  # a folder ...
+        bundle.writestr("eve/01_permutation/01_permutation.ipynb", notebook)  # ... and a file of one name
+        bundle.writestr("long/01_permutation/" + "x" * 300 + ".ipynb", notebook)
+        bundle.writestr("cy/01_permutation/01_permutation.ipynb", notebook)
+    destination = tmp_path / "out"
+    destination.mkdir()
+    warnings = extract_notebooks(archive, destination)
+    assert (destination / "ada/01_permutation/01_permutation.ipynb").is_file()
+    assert (destination / "cy/01_permutation/01_permutation.ipynb").is_file()
+    assert any("longer than 255 bytes" in warning for warning in warnings)
+    assert sum("could not be extracted" in warning for warning in warnings) == 3, warnings
+
+
+def test_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):
+    folder = tmp_path / "ada" / "01_permutation"
+    folder.mkdir(parents=True)
+    name = os.fsdecode(b"r\xe9sum\xe9.ipynb")  # Latin-1 bytes: not UTF-8
+    (folder / name).write_bytes(RELEASED.read_bytes())
+    collection = collect(tmp_path, ASSIGNMENTS)
+    [submission] = collection.submissions
+    assert submission.notes == ("no 01_permutation.ipynb in the folder; r\\xe9sum\\xe9.ipynb was graded in its place",)
+    "".join(submission.notes).encode("utf-8")  # can be written anywhere
+
+
+def test_a_lone_surrogate_is_replaced_and_noted(tmp_path):
+    notebook = json.loads(RELEASED.read_text())
+    notebook["cells"][0]["source"] = ["text \\ud800 more"]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook).replace("\\\\ud800", "\\ud800"))
+    prepared = prepare(path, nbformat.read(RELEASED, as_version=4))
+    assert prepared.notebook is not None
+    assert prepared.notebook.cells[0].source == "text \ufffd more"
+    assert any("lone surrogates" in note for note in prepared.notes)
+    nbformat.writes(prepared.notebook).encode("utf-8")
+
+
+def test_a_submission_whose_preparation_crashes_gets_zero_and_the_batch_goes_on(tmp_path, monkeypatch):
+    for student in ("ada", "bob"):
+        _put(tmp_path / "class", f"{student}/01_permutation/01_permutation.ipynb", b"not json")
+    real_prepare = grade_module.prepare
+
+    def failing(path, released):
+        if "ada" in str(path):
+            raise RuntimeError("a grader bug")
+        return real_prepare(path, released)
+
+    monkeypatch.setattr(grade_module, "prepare", failing)
+    results = {result.student: result for result in grade(tmp_path / "class", tmp_path / "out", jobs=1)}
+    assert results["ada"].reason == "the grader could not read this submission (RuntimeError)"
+    assert results["bob"].reason.startswith("the file is not valid JSON")
+    assert (tmp_path / "out" / "feedback" / "ada" / "01_permutation" / "01_permutation.html").exists()
+
+
+def test_a_failed_batch_deletes_none_of_the_previous_results(tmp_path, monkeypatch):
+    _put(tmp_path / "class", "ada/01_permutation/01_permutation.ipynb", b"not json")
+    out = tmp_path / "out"
+    grade(tmp_path / "class", out, jobs=1)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file() and path.suffix != ".db"}
+    _put(tmp_path / "class", "bob/01_permutation/01_permutation.ipynb", b"not json either")
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(grade_module, "_write_report", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        grade(tmp_path / "class", out, jobs=1)
+    after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file() and path.suffix != ".db"}
+    assert after == before
+    assert not any(path.name.startswith(".autograder-new") for path in out.iterdir())
+    with open(out / "grades.csv") as handle:
+        assert [row["student_id"] for row in csv.DictReader(handle)] == ["ada"]
