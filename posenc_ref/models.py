@@ -11,7 +11,8 @@ Both are a stack of pre-norm blocks (layer norm before each sub-layer, as in GPT
 followed by a final layer norm and a linear read-out to one logit per vocabulary entry. The encoder's
 attention is bidirectional; the decoder's is causal (position p sees positions <= p). Token embeddings keep
 PyTorch's initialisation :math:`\mathcal{N}(0, 1)` (the scale of the original Transformer's embeddings after
-their :math:`\sqrt{d}` factor); the learned table starts from :math:`\mathcal{N}(0, 0.02^2)` as in GPT-2.
+their :math:`\sqrt{d}` factor); the learned table starts from :math:`\mathcal{N}(0, 0.02^2)`, the standard
+deviation GPT-2 uses for its position table and for its token embeddings alike.
 
 Where the position enters depends on its kind, as in the models that made each kind known:
 

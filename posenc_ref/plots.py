@@ -18,8 +18,11 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch
 
 __all__ = [
+    "POSITION_DOORS",
+    "plot_angle_ratios",
     "plot_attention_maps",
     "plot_bar_chart",
     "plot_binary_counter",
@@ -30,6 +33,7 @@ __all__ = [
     "plot_heatmaps",
     "plot_marked_curves",
     "plot_plane_vectors",
+    "plot_position_doors",
     "plot_similarity_matrices",
     "plot_wavelengths",
 ]
@@ -531,4 +535,136 @@ def plot_plane_vectors(vectors: Mapping[str, Any], *, title: str | None = None) 
     if title:
         axis.set_title(title)
     axis.legend(fontsize=8, loc="lower left")
+    return figure
+
+
+def plot_angle_ratios(
+    pair_index: Any, ratios: Mapping[str, Any], *, first_slow_pair: int, title: str | None = None
+) -> Figure:
+    """Per RoPE pair, the largest angle met at the target length over the largest angle met in training.
+
+    One curve per scaling rule against the pair index ``i`` on a logarithmic vertical axis, a line at 1 (no
+    angle beyond the trained range), and a shaded band over the pairs from ``first_slow_pair`` on, which
+    never complete a turn in training: there, and only there, a ratio above 1 means angles the model has
+    never met (a pair that turned fully in training has met every angle modulo 2 pi).
+
+    Args:
+        pair_index: 1-D array of pair indices ``i``, increasing.
+        ratios: rule label -> 1-D array of ``len(pair_index)`` ratios, each > 0 (e.g. from
+            :func:`posenc_ref.rope.rope_angle_ratio`).
+        first_slow_pair: the first pair index whose wavelength exceeds the trained length.
+        title: the title of the axes.
+
+    Returns:
+        A figure with one axes: one line per rule, then the line at 1; the band is a patch.
+
+    Raises:
+        ValueError: if ``ratios`` is empty, a curve's length differs from ``pair_index``'s, a ratio is not
+            > 0, or ``first_slow_pair`` lies outside the pair indices.
+    """
+    _check_not_empty("ratios", ratios)
+    pairs = _as_array("pair_index", pair_index, ndim=1)
+    if not pairs.min() <= first_slow_pair <= pairs.max():
+        raise ValueError(f"first_slow_pair must lie among the pair indices {pairs.min():g}..{pairs.max():g}, "
+                         f"got {first_slow_pair}")
+    figure, axis = plt.subplots(figsize=(8.0, 3.8), layout="constrained")
+    axis.axvspan(first_slow_pair - 0.5, pairs.max() + 0.5, color="grey", alpha=0.15,
+                 label="pairs that never complete a turn in training")
+    for label, values in ratios.items():
+        ordinates = _as_array(f"ratios[{label!r}]", values, ndim=1)
+        if ordinates.shape != pairs.shape:
+            raise ValueError(f"ratios[{label!r}] has {ordinates.shape[0]} values but pair_index has {pairs.shape[0]}")
+        if not (ordinates > 0).all():
+            raise ValueError(f"ratios[{label!r}] must be > 0 everywhere (a log axis), got min {ordinates.min()}")
+        axis.plot(pairs, ordinates, marker="o", markersize=3, label=label)
+    axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="largest trained angle")
+    axis.set_yscale("log", base=2)
+    axis.set(xlabel="pair index i", ylabel="largest angle / largest trained angle")
+    if title:
+        axis.set_title(title)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axis.grid(alpha=0.3, which="both")
+    return figure
+
+
+POSITION_DOORS: tuple[str, ...] = ("input", "queries and keys", "keys and values", "logits")
+"""Where a position kind can enter attention, in the order of the computation (see posenc_ref.attention)."""
+
+# The steps of one attention layer, top to bottom, and the steps each door feeds.
+_STEPS = (
+    "token embeddings x_p",
+    "h_p = x_p + PE(p)",
+    "q_i = W_Q h_i,   k_j = W_K h_j,   v_j = W_V h_j",
+    "rotate: q_i <- R(i) q_i,   k_j <- R(j) k_j",
+    "logits s q_i · k_j   (Shaw: s q_i · (k_j + a^K_ij))",
+    "+ bias B_ij, a function of j - i",
+    "softmax over the keys j: weights α_ij",
+    "z_i = Σ_j α_ij v_j   (Shaw: Σ_j α_ij (v_j + a^V_ij))",
+)
+_DOOR_STEPS = {"input": (1,), "queries and keys": (3,), "keys and values": (4, 7), "logits": (5,)}
+_DOOR_TITLES = {"input": "added to the input", "queries and keys": "rotate queries and keys",
+                "keys and values": "inside keys and values", "logits": "added to the logits"}
+# Relative keys and values feed two steps far apart: their box sits on the left, the others on the right.
+_DOOR_SIDES = {"input": "right", "queries and keys": "right", "keys and values": "left", "logits": "right"}
+
+
+def plot_position_doors(doors: Mapping[str, Sequence[str]]) -> Figure:
+    """Where each kind of position enters one attention layer: the steps of the layer and a box per door.
+
+    The steps run top to bottom, from the token embeddings to the output of attention; each door of
+    :data:`POSITION_DOORS` that holds kinds is a box on the right, listing them, with an arrow to the step
+    it changes (two arrows for relative keys and values, which change the logits and the output).
+
+    Args:
+        doors: door -> the names of the kinds that enter there (e.g. ``{"logits": ["t5", "alibi"]}``);
+            doors may be left out, and every kind appears once.
+
+    Returns:
+        A figure with one axes and no data axes: boxes, arrows and their text.
+
+    Raises:
+        ValueError: if ``doors`` holds no kind, names a door not in :data:`POSITION_DOORS`, or names a kind
+            twice.
+    """
+    unknown = [door for door in doors if door not in POSITION_DOORS]
+    if unknown:
+        raise ValueError(f"doors names {unknown}; the doors are {list(POSITION_DOORS)}")
+    kinds = [kind for door in doors for kind in doors[door]]
+    if not kinds:
+        raise ValueError("doors must hold at least one kind")
+    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if repeated:
+        raise ValueError(f"each kind enters through one door, but {repeated} appear more than once")
+    figure, axis = plt.subplots(figsize=(10.0, 5.6), layout="constrained")
+    axis.set(xlim=(0.0, 1.0), ylim=(0.0, 1.0))
+    axis.axis("off")
+    heights = np.linspace(0.94, 0.06, len(_STEPS))  # (steps,): the centre of each step's box
+    step_box = {"boxstyle": "round,pad=0.35", "facecolor": "white", "edgecolor": "black"}
+    steps = []
+    for index, (text, height) in enumerate(zip(_STEPS, heights, strict=True)):
+        steps.append(axis.text(0.5, height, text, ha="center", va="center", fontsize=9, bbox=step_box,
+                               gid=f"step-{index}"))
+        if index:
+            axis.annotate("", xy=(0.5, 1.0), xycoords=steps[index], xytext=(0.5, 0.0), textcoords=steps[index - 1],
+                          arrowprops={"arrowstyle": "->", "color": "grey"})
+    # Every step from the projections on happens in each attention layer; the input is changed once.
+    top, bottom = heights[2] + 0.05, heights[-1] - 0.05
+    axis.add_patch(FancyBboxPatch((0.21, bottom), 0.58, top - bottom, boxstyle="round,pad=0.005", fill=False,
+                                  linestyle=":", edgecolor="grey"))
+    axis.text(0.215, top + 0.005, "in every attention layer", fontsize=8, color="grey", va="bottom")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, door in enumerate(door for door in POSITION_DOORS if doors.get(door)):
+        colour = colours[index % len(colours)]
+        targets = _DOOR_STEPS[door]
+        left = _DOOR_SIDES[door] == "left"
+        height = float(np.mean([heights[step] for step in targets]))
+        label = f"{_DOOR_TITLES[door]}:\n" + ", ".join(doors[door])
+        box = axis.text(0.1 if left else 0.9, height, label, ha="center", va="center", fontsize=9, color=colour,
+                        gid=f"door-{door}",
+                        bbox={"boxstyle": "round,pad=0.4", "facecolor": "white", "edgecolor": colour})
+        for step in targets:
+            axis.annotate("", xy=(0.0 if left else 1.0, 0.5), xycoords=steps[step],
+                          xytext=(1.0 if left else 0.0, 0.5), textcoords=box,
+                          arrowprops={"arrowstyle": "->", "color": colour, "linewidth": 1.5,
+                                      "shrinkA": 4, "shrinkB": 6})
     return figure

@@ -21,10 +21,20 @@ Two layouts say which features form a pair:
 
 They differ by the fixed permutation :func:`rope_permutation`.
 
+Partial rotary embedding rotates only the first ``rotary_dim`` features of each head and passes the others
+through unchanged, with frequencies ``base ** (-2i / rotary_dim)``: GPT-J's ``rotary_dim``, GPT-NeoX's
+``rotary_pct`` and Hugging Face's ``partial_rotary_factor`` (``rotary_dim = int(head_dim * factor)``). The
+logit is then a rotated part that depends on ``m - n`` plus a part that ignores positions.
+
 Long-context scaling rules change the frequencies ``omega_i`` (and sometimes scale ``cos``/``sin`` by an
 ``attention_factor``) so that a model trained on ``L = original_max_position_embeddings`` positions can read
 longer sequences. They live in the registry :data:`ROPE_SCALING_RULES`, one small pure function per rule,
 with the parameter names of Hugging Face transformers' ``rope_parameters`` (``rope_scaling``).
+:func:`rope_angle_ratio` says, pair by pair, how far a rule lets the angles go beyond the trained ones.
+
+The positions of a batch: :func:`padded_positions` numbers the tokens of a left-padded batch as Hugging Face's
+``generate`` does, and :func:`packed_positions` and :func:`packed_document_mask` describe several documents
+packed into one row, as Hugging Face's ``DataCollatorWithFlattening`` and its masks do.
 """
 
 from __future__ import annotations
@@ -311,6 +321,54 @@ def rope_frequencies(
     return ROPE_SCALING_RULES[scaling_type](dim, base, params, seq_len)
 
 
+def _check_frequency_vector(name: str, value: Any) -> torch.Tensor:
+    check_tensor(name, value, ndim=1, floating=True)
+    if value.numel() == 0 or not bool((value > 0).all()):
+        raise ValueError(f"{name} must hold positive frequencies (one per pair), got {value.tolist()}")
+    return value
+
+
+def rope_angle_ratio(
+    inv_freq: torch.Tensor, original_inv_freq: torch.Tensor, *, original_length: int, length: int
+) -> torch.Tensor:
+    """Per pair, the largest angle met on ``length`` tokens over the largest angle met in training.
+
+    A sequence of n tokens has offsets up to n - 1, so pair i reaches the angle (n - 1) omega_i. With
+    L = ``original_length`` and omega = ``original_inv_freq`` in training, and l = ``length`` and
+    omega' = ``inv_freq`` when reading,
+
+        ratio_i = (l - 1) omega'_i / ((L - 1) omega_i).
+
+    A ratio <= 1 means that pair i meets no angle it did not meet in training. A ratio above 1 matters only
+    for a pair that did not complete a turn in training, (L - 1) omega_i < 2 pi: a pair that did has met
+    every angle modulo 2 pi. Position interpolation (omega' = omega / s, l = s L) gives
+    (s L - 1) / (s (L - 1)), just above 1, for every pair; unscaled frequencies give (l - 1) / (L - 1).
+
+    Args:
+        inv_freq: the frequencies used at ``length``, (pairs,), positive.
+        original_inv_freq: the frequencies used in training, (pairs,), positive.
+        original_length: the trained length L, >= 2.
+        length: the length read, >= 2.
+
+    Returns:
+        float64 tensor (pairs,).
+
+    Raises:
+        TypeError / ValueError: frequencies that are not 1-D floating tensors of one length with positive
+        entries, lengths that are not ints >= 2.
+    """
+    _check_frequency_vector("inv_freq", inv_freq)
+    _check_frequency_vector("original_inv_freq", original_inv_freq)
+    if inv_freq.shape != original_inv_freq.shape:
+        raise ValueError(f"inv_freq has {inv_freq.shape[0]} pairs but original_inv_freq has "
+                         f"{original_inv_freq.shape[0]}; they must match")
+    check_int("original_length", original_length, minimum=2)
+    check_int("length", length, minimum=2)
+    reached = (length - 1) * inv_freq.to(torch.float64)  # (pairs,)
+    trained = (original_length - 1) * original_inv_freq.to(torch.float64)  # (pairs,)
+    return reached / trained
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Applying the rotation
 # ----------------------------------------------------------------------------------------------------------
@@ -343,10 +401,36 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
     return rotated.to(x.dtype)
 
 
-def _check_inv_freq(inv_freq: Any, head_dim: int, device: torch.device) -> torch.Tensor:
+def _rotate_leading(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rotary_dim: int
+) -> torch.Tensor:
+    """Rotate the first rotary_dim features of x and pass the others through (partial rotary embedding)."""
+    if rotary_dim == x.shape[-1]:
+        return _rotate(x, cos, sin, layout)
+    rotated, passed = x[..., :rotary_dim], x[..., rotary_dim:]  # (..., rotary_dim), (..., head_dim - rotary_dim)
+    return torch.cat((_rotate(rotated, cos, sin, layout), passed), dim=-1)
+
+
+def _check_rotary_dim(rotary_dim: Any, head_dim: int) -> int:
+    """None means every feature; otherwise an even int from 2 to head_dim."""
+    if rotary_dim is None:
+        return head_dim
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
+        raise TypeError(f"rotary_dim must be an int or None, got {rotary_dim!r} of type {type(rotary_dim).__name__}")
+    if not (2 <= rotary_dim <= head_dim and rotary_dim % 2 == 0):
+        raise ValueError(
+            f"rotary_dim must be None or an even int from 2 to head_dim = {head_dim} (the number of leading "
+            f"features rotated, int(head_dim * partial_rotary_factor)), got {rotary_dim}"
+        )
+    return rotary_dim
+
+
+def _check_inv_freq(inv_freq: Any, head_dim: int, device: torch.device, rotary_dim: int | None = None) -> torch.Tensor:
     check_tensor("inv_freq", inv_freq, ndim=1, floating=True)
-    if inv_freq.shape[0] != head_dim // 2:
-        raise ValueError(f"inv_freq must have head_dim / 2 = {head_dim // 2} entries, got {inv_freq.shape[0]}")
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    if inv_freq.shape[0] != rotary_dim // 2:
+        which = "head_dim" if rotary_dim == head_dim else "rotary_dim"
+        raise ValueError(f"inv_freq must have {which} / 2 = {rotary_dim // 2} entries, got {inv_freq.shape[0]}")
     _check_device("inv_freq", inv_freq, device)
     return inv_freq
 
@@ -370,6 +454,7 @@ def apply_rope(
     inv_freq: torch.Tensor | None = None,
     layout: str = "interleaved",
     attention_factor: float = 1.0,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate every feature pair of x at position m by the angle m * omega_i.
 
@@ -381,6 +466,11 @@ def apply_rope(
     so that <R(m) q, R(n) k> depends on m - n only. Angles, cos and sin are float32 (float64 when x is
     float64), cos and sin are multiplied by attention_factor as Hugging Face does, and the result has x's dtype.
 
+    With ``rotary_dim = r < head_dim`` (partial rotary embedding: GPT-J's ``rotary_dim``, GPT-NeoX's
+    ``rotary_pct`` and Hugging Face's ``partial_rotary_factor``, r = int(head_dim * factor)), only features
+    0 .. r - 1 are rotated, in the given layout among themselves, with omega_i = base ** (-2i / r); features
+    r .. head_dim - 1 pass through unchanged (and are not multiplied by attention_factor, as in Hugging Face).
+
     Args:
         x: queries or keys, (batch, heads, seq, head_dim), floating, head_dim even.
         positions: 1-D integer tensor (seq,) of non-negative positions m on x's device; default arange(seq).
@@ -388,6 +478,8 @@ def apply_rope(
         inv_freq: frequencies (head_dim/2,), e.g. from :func:`rope_frequencies` with a scaling rule.
         layout: one of :data:`ROPE_LAYOUTS`.
         attention_factor: the factor c > 0 multiplying cos and sin (YaRN's mscale).
+        rotary_dim: the number r of leading features rotated, an even int from 2 to head_dim; None (the
+            default) rotates all of them. ``inv_freq``, when given, then has r / 2 entries.
 
     Returns:
         The rotated tensor, (batch, heads, seq, head_dim), in x's dtype.
@@ -395,25 +487,26 @@ def apply_rope(
     Raises:
         TypeError / ValueError: x not a 4-D floating tensor or with an odd head_dim, an unknown layout,
         positions not a 1-D integer tensor of length seq, both base and inv_freq given, inv_freq of the wrong
-        length or device, attention_factor <= 0.
+        length or device, attention_factor <= 0, rotary_dim odd, below 2 or above head_dim.
     """
     head_dim = _check_rope_input("x", x)
     check_choice("layout", layout, ROPE_LAYOUTS)
     attention_factor = check_positive_float("attention_factor", attention_factor)
+    rotary_dim = _check_rotary_dim(rotary_dim, head_dim)
     if inv_freq is None:
-        inv_freq, _ = rope_frequencies(head_dim, base=base)
+        inv_freq, _ = rope_frequencies(rotary_dim, base=base)
         inv_freq = inv_freq.to(x.device)
     elif base != 10000.0:
         raise ValueError(f"give one of base and inv_freq, not both (got base={base} and an inv_freq tensor)")
     else:
-        _check_inv_freq(inv_freq, head_dim, x.device)
+        _check_inv_freq(inv_freq, head_dim, x.device, rotary_dim)
     seq = x.shape[-2]
     if positions is None:
         positions = torch.arange(seq, device=x.device)
     check_positions("positions", positions, seq)
     _check_device("positions", positions, x.device)
     cos, sin = _cos_sin(positions, inv_freq, _angle_dtype(x.dtype), attention_factor)
-    return _rotate(x, cos, sin, layout)
+    return _rotate_leading(x, cos, sin, layout, rotary_dim)
 
 
 def rope_permutation(head_dim: int) -> torch.Tensor:
@@ -441,6 +534,92 @@ def rope_permutation(head_dim: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# The positions of a batch: padding and packing
+# ----------------------------------------------------------------------------------------------------------
+
+
+def padded_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The positions of a padded batch: every row numbers its real tokens 0, 1, 2, ... and its pads 0.
+
+        positions[b, t] = (mask[b, 0] + ... + mask[b, t]) - 1   where mask[b, t] = 1,   0 where it is 0,
+
+    which is how Hugging Face's ``generate`` builds ``position_ids`` from ``attention_mask``. A left-padded
+    row then gives its real tokens the positions they have without padding; ``arange(seq)`` would shift them
+    by the number of pads. The pads' positions do not matter as long as the mask hides them.
+
+    Args:
+        attention_mask: (batch, seq) integer or bool tensor, 1 (True) for a real token, 0 for a pad.
+
+    Returns:
+        int64 tensor (batch, seq) on the mask's device.
+
+    Raises:
+        TypeError / ValueError: a mask that is not a 2-D integer or bool tensor, or holds values other than 0
+        and 1.
+    """
+    check_tensor("attention_mask", attention_mask, ndim=2)
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise TypeError(f"attention_mask must be an integer or bool tensor, got dtype {attention_mask.dtype}")
+    mask = attention_mask.long()
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(f"attention_mask must hold only 0 and 1, got values {mask.unique().tolist()}")
+    return ((mask.cumsum(dim=-1) - 1) * mask).long()  # (batch, seq)
+
+
+def _check_lengths(lengths: Any) -> list[int]:
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of ints (one per document), got {type(lengths).__name__}")
+    lengths = [check_positive_int(f"lengths[{index}]", length) for index, length in enumerate(lengths)]
+    if not lengths:
+        raise ValueError("lengths must name at least one document")
+    return lengths
+
+
+def packed_positions(lengths: Any, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Positions of documents packed one after another into one row: each document counts from 0 again.
+
+    ``packed_positions([3, 2]) == tensor([0, 1, 2, 0, 1])``, the ``position_ids`` of Hugging Face's
+    ``DataCollatorWithFlattening``. With restarting positions and :func:`packed_document_mask`, each
+    document is computed exactly as if it were alone.
+
+    Args:
+        lengths: the number of tokens of each document, positive ints.
+        device: where to build the result.
+
+    Returns:
+        int64 tensor (sum(lengths),).
+
+    Raises:
+        TypeError / ValueError: lengths that are not a non-empty sequence of positive ints.
+    """
+    lengths = _check_lengths(lengths)
+    return torch.cat([torch.arange(length, device=device) for length in lengths])  # (total,)
+
+
+def packed_document_mask(lengths: Any, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Which (query, key) pairs of a packed row belong to one document: a block-diagonal bool matrix.
+
+    ``mask[i, j]`` is True when tokens i and j lie in the same document. Combine it with the causal rule
+    (``causal=True`` in :func:`posenc_ref.attention.attention`) for a decoder: this is the mask Hugging Face
+    builds when ``position_ids`` restart and no ``attention_mask`` is given.
+
+    Args:
+        lengths: the number of tokens of each document, positive ints.
+        device: where to build the result.
+
+    Returns:
+        bool tensor (sum(lengths), sum(lengths)).
+
+    Raises:
+        TypeError / ValueError: lengths that are not a non-empty sequence of positive ints.
+    """
+    lengths = _check_lengths(lengths)
+    document = torch.repeat_interleave(torch.arange(len(lengths), device=device),
+                                       torch.tensor(lengths, device=device))  # (total,): document of each token
+    return document[:, None] == document[None, :]  # (total, total)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The module
 # ----------------------------------------------------------------------------------------------------------
 
@@ -448,8 +627,8 @@ def rope_permutation(head_dim: int) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """RoPE for attention: rotates queries and keys, caching cos(m omega_i) and sin(m omega_i).
 
-    Holds ``inv_freq`` (head_dim/2,) and ``attention_factor`` from :func:`rope_frequencies`, and a cos/sin
-    cache (``cos_cached``, ``sin_cached``, each (length, head_dim/2), already times ``attention_factor``);
+    Holds ``inv_freq`` (rotary_dim/2,) and ``attention_factor`` from :func:`rope_frequencies`, and a cos/sin
+    cache (``cos_cached``, ``sin_cached``, each (length, rotary_dim/2), already times ``attention_factor``);
     all are non-persistent buffers, so the state dict is empty. The cache grows on demand with no cap (to
     the next power of two at least as long as max(positions) + 1) and is rebuilt for a new dtype or device.
 
@@ -464,6 +643,8 @@ class RotaryEmbedding(nn.Module):
         base: the frequency base.
         scaling: a scaling rule and its parameters, as in :func:`rope_frequencies`.
         layout: one of :data:`ROPE_LAYOUTS`.
+        rotary_dim: the number of leading features rotated (partial rotary embedding, as in
+            :func:`apply_rope`), an even int from 2 to head_dim; None (the default) rotates all of them.
     """
 
     inv_freq: torch.Tensor
@@ -477,9 +658,11 @@ class RotaryEmbedding(nn.Module):
         base: float = 10000.0,
         scaling: Mapping[str, Any] | None = None,
         layout: str = "interleaved",
+        rotary_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.head_dim = check_even_dim("head_dim", head_dim)
+        self.rotary_dim = _check_rotary_dim(rotary_dim, head_dim)
         self.base = _check_base("base", base)
         self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
         scaling_type = None if scaling is None else _validated_scaling(scaling)[0]
@@ -491,17 +674,18 @@ class RotaryEmbedding(nn.Module):
         self._frequency_length = seq_len  # the seq_len the current inv_freq serves ("dynamic" only)
         self._set_frequencies(seq_len)
         self.register_buffer("inv_freq", self._float32_inv_freq.clone(), persistent=False)
-        self.register_buffer("cos_cached", torch.empty(0, head_dim // 2), persistent=False)
-        self.register_buffer("sin_cached", torch.empty(0, head_dim // 2), persistent=False)
+        self.register_buffer("cos_cached", torch.empty(0, self.rotary_dim // 2), persistent=False)
+        self.register_buffer("sin_cached", torch.empty(0, self.rotary_dim // 2), persistent=False)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}, scaling={self.scaling}, layout={self.layout!r}"
+        partial = "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
+        return f"head_dim={self.head_dim}{partial}, base={self.base}, scaling={self.scaling}, layout={self.layout!r}"
 
     def _set_frequencies(self, seq_len: int | None) -> None:
         # A float32 copy outside the buffers: module.half() or .to(bfloat16) casts buffers, and frequencies
         # rounded to 8 bits of mantissa would put large angles m * omega_i far off.
         self._float32_inv_freq, self.attention_factor = rope_frequencies(
-            self.head_dim, base=self.base, scaling=self.scaling, seq_len=seq_len
+            self.rotary_dim, base=self.base, scaling=self.scaling, seq_len=seq_len
         )
 
     def _update_dynamic_frequencies(self, length: int) -> None:
@@ -541,7 +725,7 @@ class RotaryEmbedding(nn.Module):
             device: the device of the results (and of ``positions``).
 
         Returns:
-            ``(cos, sin)``, each of shape (seq, head_dim/2).
+            ``(cos, sin)``, each of shape (seq, rotary_dim/2).
         """
         check_tensor("positions", positions, ndim=1)
         check_positions("positions", positions, positions.shape[0])
@@ -552,7 +736,7 @@ class RotaryEmbedding(nn.Module):
         length = int(positions.max()) + 1 if positions.numel() else 0
         self._update_dynamic_frequencies(length)
         self._ensure_cache(length, _angle_dtype(dtype), device)
-        return self.cos_cached[positions].to(dtype), self.sin_cached[positions].to(dtype)  # (seq, head_dim/2)
+        return self.cos_cached[positions].to(dtype), self.sin_cached[positions].to(dtype)  # (seq, rotary_dim/2)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, *, positions: torch.Tensor | None = None, offset: int = 0
@@ -587,4 +771,5 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"give positions or offset, not both (got positions and offset={offset})")
         check_positions("positions", positions, seq)
         cos, sin = self.cos_sin(positions, _angle_dtype(q.dtype), q.device)
-        return _rotate(q, cos, sin, self.layout), _rotate(k, cos, sin, self.layout)
+        return (_rotate_leading(q, cos, sin, self.layout, self.rotary_dim),
+                _rotate_leading(k, cos, sin, self.layout, self.rotary_dim))

@@ -381,7 +381,7 @@ def render_alibi_slopes(num_heads: int = 8, *, max_distance: int = 32) -> Figure
     bars_axis.set_yscale("log", base=2)
     bars_axis.set(xlabel="head h", ylabel="slope m_h", ylim=(2.0**-9, 1.0),
                   title=f"{num_heads} heads" + ("" if num_heads == power_of_two else
-                                                f": {power_of_two} + {num_heads - power_of_two} interleaved"))
+                                                f": {power_of_two} + {num_heads - power_of_two} appended"))
     bars_axis.set_xticks(heads if num_heads <= 16 else heads[::4])
     bars_axis.grid(alpha=0.3, axis="y")
     shades = colormaps["viridis"](np.linspace(0.0, 0.9, num_heads))  # (num_heads, 4): one colour per head

@@ -342,3 +342,68 @@ def test_plane_vectors_draw_one_numbered_arrow_per_row_on_equal_axes():
 def test_plane_vectors_reject_a_set_that_is_not_pairs():
     with pytest.raises(ValueError, match="'bad'"):
         plots.plot_plane_vectors({"bad": np.zeros((2, 3))})
+
+
+# ---------------------------------------------------------------- plot_angle_ratios
+
+
+def test_angle_ratios_draw_each_rule_the_line_at_one_and_the_band_of_slow_pairs():
+    pairs = np.arange(8)
+    ratios = {"interpolation": np.ones(8), "NTK-aware": np.linspace(4.0, 1.0, 8)}
+    figure = plots.plot_angle_ratios(pairs, ratios, first_slow_pair=5, title="d = 16")
+    (axis,) = figure.axes
+    assert [line.get_label() for line in axis.lines] == ["interpolation", "NTK-aware", "largest trained angle"]
+    np.testing.assert_array_equal(axis.lines[1].get_ydata(), ratios["NTK-aware"])
+    assert list(axis.lines[2].get_ydata()) == [1.0, 1.0]
+    (band,) = axis.patches
+    band_left = band.get_path().vertices[:, 0].min()
+    assert band.get_transform().transform((band_left, 0))[0] == pytest.approx(
+        axis.transData.transform((4.5, 0))[0])  # the band starts half a pair before pair 5
+    assert axis.get_yscale() == "log" and axis.get_title() == "d = 16"
+
+
+def test_angle_ratios_reject_a_ratio_that_is_not_positive_and_a_slow_pair_outside_the_pairs():
+    with pytest.raises(ValueError, match="ratios\\['bad'\\].*> 0"):
+        plots.plot_angle_ratios(np.arange(3), {"bad": [1.0, 0.0, 2.0]}, first_slow_pair=1)
+    with pytest.raises(ValueError, match="first_slow_pair.*0..2.*got 7"):
+        plots.plot_angle_ratios(np.arange(3), {"ok": [1.0, 1.0, 1.0]}, first_slow_pair=7)
+    with pytest.raises(ValueError, match="ratios\\['short'\\] has 2 values"):
+        plots.plot_angle_ratios(np.arange(3), {"short": [1.0, 1.0]}, first_slow_pair=1)
+
+
+# ---------------------------------------------------------------- plot_position_doors
+
+
+def door_texts(figure: Figure) -> dict[str, str]:
+    return {text.get_gid(): text.get_text() for text in figure.axes[0].texts if text.get_gid()}
+
+
+def test_position_doors_list_each_kind_in_the_box_of_its_door_with_an_arrow_per_step_it_changes():
+    doors = {"input": ["sinusoidal", "learned"], "logits": ["t5", "alibi"], "keys and values": ["shaw"],
+             "queries and keys": ["rope"]}
+    figure = plots.plot_position_doors(doors)
+    texts = door_texts(figure)
+    assert texts["door-input"].endswith("sinusoidal, learned")
+    assert texts["door-logits"].endswith("t5, alibi")
+    assert texts["door-keys and values"].endswith("shaw")
+    assert texts["door-queries and keys"].endswith("rope")
+    steps = [gid for gid in texts if gid.startswith("step-")]
+    assert len(steps) == 8 and "PE(p)" in texts["step-1"] and "R(i)" in texts["step-3"]
+    arrows = [child for child in figure.axes[0].texts if child.get_gid() is None and child.get_text() == ""]
+    assert len(arrows) == 7 + 5  # one between consecutive steps, one per door and two for keys and values
+
+
+def test_position_doors_leave_out_a_door_without_kinds():
+    texts = door_texts(plots.plot_position_doors({"logits": ["alibi"], "input": []}))
+    assert [gid for gid in texts if gid.startswith("door-")] == ["door-logits"]
+
+
+@pytest.mark.parametrize(
+    ("doors", "message"),
+    [({"output": ["x"]}, "doors names \\['output'\\]; the doors are"),
+     ({"input": []}, "at least one kind"),
+     ({"input": ["rope"], "queries and keys": ["rope"]}, "\\['rope'\\] appear more than once")],
+)
+def test_position_doors_reject_an_unknown_door_no_kind_and_a_kind_twice(doors, message):
+    with pytest.raises(ValueError, match=message):
+        plots.plot_position_doors(doors)

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.t5.modeling_t5 import T5Attention
 
+from posenc_ref.attention import MultiHeadAttention
+from posenc_ref.models import build_model
 from posenc_ref.relative import (
     ShawRelativePosition,
     T5RelativeBias,
@@ -316,6 +318,28 @@ def test_alibi_bias_and_press_form_give_the_same_causal_softmax(q_len, k_len, qu
     weights_press = torch.softmax((scores + press).masked_fill(~causal, float("-inf")), dim=-1)
     weights_ours = torch.softmax((scores + ours).masked_fill(~causal, float("-inf")), dim=-1)
     torch.testing.assert_close(weights_ours, weights_press)
+
+
+def test_alibi_bias_is_unchanged_by_reversing_queries_and_keys():
+    bias = alibi_bias(6, 11, 11)  # (heads, L, L)
+    assert torch.equal(bias.flip(1, 2), bias)  # |(L-1-i) - (L-1-j)| = |i - j|
+
+
+def test_alibi_encoder_is_equivariant_to_reversing_the_sequence_and_other_kinds_are_not():
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)  # (batch, seq, d_model)
+    reversal_error = {}
+    for position, causal in [("alibi", False), ("alibi", True), ("t5", False), ("shaw", False), ("rope", False)]:
+        layer = MultiHeadAttention(32, 4, position=position, causal=causal).double()
+        with torch.no_grad():
+            reversal_error[position, causal] = (layer(x.flip(1)) - layer(x).flip(1)).abs().max().item()
+    assert reversal_error["alibi", False] < 1e-12
+    assert min(error for key, error in reversal_error.items() if key != ("alibi", False)) > 1e-3
+    # A whole encoder (embeddings, blocks, read-out) inherits it: reversing the tokens reverses the logits.
+    encoder = build_model("encoder", 20, "alibi", d_model=32, num_heads=4, num_layers=2).double()
+    tokens = torch.randint(20, (3, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(tokens.flip(1)), encoder(tokens).flip(1), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Tests of posenc_ref.rope: the rotation's properties, two independent references, Hugging Face parity,
-the long-context scaling rules, the module and its cache, and bad input.
+the long-context scaling rules, partial rotation, the angle ratio of each rule, the module and its cache, the
+positions of padded and packed batches, and bad input.
 
 Expected values come from closed forms written here with the math module (plain python loops over the
 pairs), from complex-number arithmetic in numpy, or from Hugging Face transformers (installed; nothing is
@@ -15,15 +16,27 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import LlamaConfig
+from transformers import DataCollatorWithFlattening, GPTNeoXConfig, LlamaConfig, LlamaForCausalLM, LlamaModel
+from transformers.masking_utils import create_causal_mask
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+from transformers.models.gpt_neox.modeling_gpt_neox import (
+    apply_rotary_pos_emb as gpt_neox_apply_rotary_pos_emb,
+)
+from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply_rotary_pos_emb
+from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions as gptj_sinusoidal_positions
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from posenc_ref.attention import attention
 from posenc_ref.rope import (
     ROPE_LAYOUTS,
     ROPE_SCALING_RULES,
     RotaryEmbedding,
     apply_rope,
+    packed_document_mask,
+    packed_positions,
+    padded_positions,
+    rope_angle_ratio,
     rope_frequencies,
     rope_permutation,
 )
@@ -550,6 +563,155 @@ def test_module_cast_to_half_keeps_float32_frequencies():
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Partial rotation (rotary_dim)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_partial_rotation_in_the_half_layout_matches_hugging_face_gpt_neox():
+    head_dim, heads, seq = 32, 2, 7
+    generator = torch.Generator().manual_seed(21)
+    q = torch.randn(2, heads, seq, head_dim, generator=generator)
+    k = torch.randn(2, heads, seq, head_dim, generator=generator)
+    positions = torch.tensor([0, 1, 2, 5, 9, 100, 3])
+    config = GPTNeoXConfig(hidden_size=heads * head_dim, num_attention_heads=heads, rotary_pct=0.25,
+                           intermediate_size=16, num_hidden_layers=1)  # fmt: skip
+    rotary = GPTNeoXRotaryEmbedding(config)
+    cos, sin = rotary(q, positions[None, :].expand(2, seq))
+    expected_q, expected_k = gpt_neox_apply_rotary_pos_emb(q, k, cos, sin)
+    rotary_dim = int(head_dim * 0.25)
+    assert rotary.inv_freq.shape == (rotary_dim // 2,)
+    torch.testing.assert_close(rope_frequencies(rotary_dim)[0], rotary.inv_freq, rtol=1e-6, atol=0)
+    torch.testing.assert_close(apply_rope(q, positions, layout="half", rotary_dim=rotary_dim), expected_q)
+    module = RotaryEmbedding(head_dim, layout="half", rotary_dim=rotary_dim)
+    module_q, module_k = module(q, k, positions=positions)
+    torch.testing.assert_close(module_q, expected_q)
+    torch.testing.assert_close(module_k, expected_k)
+    assert module.cos_cached.shape[1] == rotary_dim // 2
+
+
+def test_partial_rotation_in_the_interleaved_layout_matches_hugging_face_gpt_j():
+    head_dim, rotary_dim, seq = 24, 8, 6
+    x = torch.randn(1, 3, seq, head_dim, generator=torch.Generator().manual_seed(22))  # (batch, heads, seq, d)
+    positions = torch.tensor([0, 4, 1, 30, 2, 7])
+    sin, cos = torch.split(gptj_sinusoidal_positions(64, rotary_dim)[positions], rotary_dim // 2, dim=-1)
+    features = x.transpose(1, 2)  # GPT-J's layout (batch, seq, heads, head_dim)
+    rotated = gptj_apply_rotary_pos_emb(features[..., :rotary_dim], sin[None], cos[None])
+    expected = torch.cat([rotated, features[..., rotary_dim:]], dim=-1).transpose(1, 2)
+    torch.testing.assert_close(apply_rope(x, positions, layout="interleaved", rotary_dim=rotary_dim), expected)
+
+
+@pytest.mark.parametrize("layout", ROPE_LAYOUTS)
+def test_partial_rotation_passes_the_last_features_and_keeps_the_logit_relative(layout):
+    head_dim, rotary_dim = 16, 6
+    generator = torch.Generator().manual_seed(23)
+    q, k = torch.randn(2, 1, 1, 1, head_dim, generator=generator, dtype=torch.float64).unbind(0)
+    rotated = apply_rope(q.expand(1, 1, 5, head_dim), torch.arange(5) * 11, layout=layout, rotary_dim=rotary_dim)
+    assert torch.equal(rotated[..., rotary_dim:], q.expand(1, 1, 5, head_dim)[..., rotary_dim:])
+    full = apply_rope(q[..., :rotary_dim], torch.tensor([3]), layout=layout)
+    torch.testing.assert_close(apply_rope(q, torch.tensor([3]), layout=layout, rotary_dim=rotary_dim)[..., :rotary_dim],
+                               full, rtol=0, atol=0)
+
+    def logit(m, n):
+        options = {"layout": layout, "rotary_dim": rotary_dim}
+        return float((apply_rope(q, torch.tensor([m]), **options) * apply_rope(k, torch.tensor([n]), **options)).sum())
+
+    assert max(logit(m, m - 4) for m in (4, 50, 900)) - min(logit(m, m - 4) for m in (4, 50, 900)) < 1e-9
+
+
+# ----------------------------------------------------------------------------------------------------------
+# How far each scaling rule lets the angles go
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_angle_ratio_of_each_rule_at_d_128_l_2048_s_8():
+    dim, trained, factor = 128, 2048, 8.0
+    target = int(factor * trained)
+    plain = rope_frequencies(dim)[0]
+    slow = 2 * math.pi / plain.double() > trained - 1  # pairs that never complete a turn in training
+    interpolation = rope_angle_ratio(rope_frequencies(dim, scaling={"type": "linear", "factor": factor})[0],
+                                     plain, original_length=trained, length=target)
+    torch.testing.assert_close(interpolation, torch.full((64,), (target - 1) / (factor * (trained - 1)),
+                                                         dtype=torch.float64), rtol=1e-6, atol=0)
+    # NTK-aware: base' = base s^(d/(d-2)), so pair i is divided by s^(2i/(d-2)) only, less than s.
+    ntk_scaling = {"type": "dynamic", "factor": 1.0, "original_max_position_embeddings": trained}
+    ntk = rope_angle_ratio(rope_frequencies(dim, scaling=ntk_scaling, seq_len=target)[0], plain,
+                           original_length=trained, length=target)
+    closed_form = [(target - 1) / (trained - 1) * factor ** (-2 * i / (dim - 2)) for i in range(dim // 2)]
+    torch.testing.assert_close(ntk, as_tensor(closed_form), rtol=1e-6, atol=0)
+    assert 2.0 < float(ntk[slow].max()) < 2.1 and float(ntk[-1]) == pytest.approx(1.0, abs=1e-3)
+    yarn = rope_frequencies(dim, scaling={"type": "yarn", "factor": factor,
+                                          "original_max_position_embeddings": trained})[0]
+    yarn_ratio = rope_angle_ratio(yarn, plain, original_length=trained, length=target)
+    assert float(yarn_ratio[slow].max()) < 1.001  # YaRN interpolates every slow pair fully
+    assert float(yarn_ratio[0]) == pytest.approx((target - 1) / (trained - 1))  # and leaves the fastest alone
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Positions of padded and packed batches
+# ----------------------------------------------------------------------------------------------------------
+
+
+def tiny_llama_config(**options) -> LlamaConfig:
+    return LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                       num_attention_heads=2, **options)  # fmt: skip
+
+
+def test_padded_positions_are_those_hugging_face_generate_builds_from_the_mask():
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 1, 1]])
+    model = LlamaForCausalLM(tiny_llama_config())
+    expected = model._prepare_position_ids_for_generation(torch.zeros_like(mask), {"attention_mask": mask})
+    assert torch.equal(padded_positions(mask), expected)
+    assert torch.equal(padded_positions(mask.bool()), expected)
+    assert padded_positions(mask)[1].tolist() == [0, 0, 0, 1, 2]
+
+
+def test_packed_positions_are_those_of_hugging_face_data_collator_with_flattening():
+    lengths = [3, 2, 4]
+    features = [{"input_ids": list(range(length))} for length in lengths]
+    expected = DataCollatorWithFlattening()(features)["position_ids"][0]
+    assert torch.equal(packed_positions(lengths), expected)
+
+
+def test_packed_document_mask_with_the_causal_rule_is_hugging_face_packed_mask():
+    lengths = [3, 2, 4]
+    config = tiny_llama_config()
+    config._attn_implementation = "sdpa"
+    hf_mask = create_causal_mask(config, torch.zeros(1, 9, 16), None, None,
+                                 position_ids=packed_positions(lengths)[None])[0, 0]  # (9, 9) bool
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    assert torch.equal(packed_document_mask(lengths) & causal, hf_mask)
+
+
+def test_packed_documents_with_restarting_positions_are_computed_as_if_alone():
+    lengths = [5, 3]
+    generator = torch.Generator().manual_seed(24)
+    q, k, v = torch.randn(3, 1, 2, sum(lengths), 8, generator=generator, dtype=torch.float64).unbind(0)
+    positions = packed_positions(lengths)
+    packed = attention(apply_rope(q, positions), apply_rope(k, positions), v,
+                       mask=packed_document_mask(lengths), causal=True)
+    start = 0
+    for length in lengths:
+        part = slice(start, start + length)
+        alone = attention(apply_rope(q[:, :, part]), apply_rope(k[:, :, part]), v[:, :, part], causal=True)
+        torch.testing.assert_close(packed[:, :, part], alone)
+        start += length
+
+
+def test_hugging_face_reads_document_boundaries_from_restarting_position_ids():
+    torch.manual_seed(25)
+    model = LlamaModel(tiny_llama_config()).eval()
+    first, second = torch.tensor([[1, 5, 7, 2, 9]]), torch.tensor([[4, 4, 8]])
+    packed = torch.cat([first, second], dim=1)
+    with torch.no_grad():
+        # Without a cache and without an attention_mask, as in training on packed rows.
+        alone = model(second, use_cache=False).last_hidden_state
+        restarting = model(packed, position_ids=packed_positions([5, 3])[None], use_cache=False).last_hidden_state
+        counting_on = model(packed, position_ids=torch.arange(8)[None], use_cache=False).last_hidden_state
+    torch.testing.assert_close(restarting[:, 5:], alone, rtol=1e-5, atol=1e-5)
+    assert (counting_on[:, 5:] - alone).abs().max() > 1e-2  # no restart: the second document sees the first
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------------------------------------
 
@@ -619,6 +781,33 @@ BAD_CALLS = {
     "k with another head_dim": (lambda: RotaryEmbedding(8)(X, torch.zeros(1, 2, 3, 6)), ValueError, "k"),
     "k with another dtype": (lambda: RotaryEmbedding(8)(X, X.double()), TypeError, "k"),
     "q with the module's wrong head_dim": (lambda: RotaryEmbedding(4)(X, X), ValueError, "q.*head_dim = 4"),
+    "odd rotary_dim": (
+        lambda: apply_rope(X, rotary_dim=3), ValueError, "rotary_dim must be None or an even int from 2 to head_dim = 8.*got 3",
+    ),
+    "rotary_dim above head_dim": (lambda: RotaryEmbedding(8, rotary_dim=10), ValueError, "rotary_dim.*head_dim = 8.*got 10"),
+    "rotary_dim of 0": (lambda: apply_rope(X, rotary_dim=0), ValueError, "rotary_dim.*from 2.*got 0"),
+    "fractional rotary_dim": (lambda: apply_rope(X, rotary_dim=0.25), TypeError, "rotary_dim must be an int or None"),
+    "inv_freq for the whole head with rotary_dim": (
+        lambda: apply_rope(X, inv_freq=torch.ones(4), rotary_dim=4), ValueError, "inv_freq must have rotary_dim / 2 = 2",
+    ),
+    "angle ratio with a trained length of 1": (
+        lambda: rope_angle_ratio(torch.ones(2), torch.ones(2), original_length=1, length=8), ValueError,
+        "original_length",
+    ),
+    "angle ratio of different pair counts": (
+        lambda: rope_angle_ratio(torch.ones(2), torch.ones(3), original_length=4, length=8), ValueError,
+        "2 pairs.*3",
+    ),
+    "angle ratio of a zero frequency": (
+        lambda: rope_angle_ratio(torch.zeros(2), torch.ones(2), original_length=4, length=8), ValueError,
+        "inv_freq must hold positive",
+    ),
+    "float padding mask": (lambda: padded_positions(torch.ones(2, 3)), TypeError, "attention_mask"),
+    "padding mask with a 2": (lambda: padded_positions(torch.tensor([[1, 2]])), ValueError, "only 0 and 1"),
+    "1-D padding mask": (lambda: padded_positions(torch.ones(3, dtype=torch.long)), ValueError, "attention_mask"),
+    "packed lengths with a zero": (lambda: packed_positions([3, 0]), ValueError, r"lengths\[1\]"),
+    "no packed documents": (lambda: packed_document_mask([]), ValueError, "at least one document"),
+    "packed lengths as an int": (lambda: packed_positions(5), TypeError, "lengths"),
 }  # fmt: skip
 
 
