@@ -7,12 +7,18 @@ exercise is written. The modules of this package add what an instructor needs ar
 - :mod:`autograder.course`: a temporary nbgrader course (nbgrader never writes into this directory) and
   the environment of the kernels that run notebooks;
 - :mod:`autograder.release`: the student notebooks in ``notebooks/``, generated from ``source/``;
-- :mod:`autograder.submissions`: a class's submissions, from a folder or a zip;
-- :mod:`autograder.sanitize`: what is wrong with a submission, and the notebook that gets graded;
-- :mod:`autograder.grade`: one command from submissions to ``grades.csv`` and feedback, in parallel;
-- :mod:`autograder.feedback`: the feedback pages and the grader's notes on them;
 - :mod:`autograder.check`: a student's self-check with the visible tests;
 - :mod:`autograder.answers`: turning answers into plain values and comparing them, for the hidden tests.
+
+``python -m autograder grade`` (:mod:`autograder.grade`) runs a pipeline whose stages are the folders of this
+package, in order, with the data that passes between them in :mod:`autograder.types`:
+
+1. and 2. :mod:`autograder.intake`: submissions found by their exact paths, each file checked and repaired;
+3. :mod:`autograder.sandbox`: each notebook executed in a sandboxed kernel (:mod:`autograder.pipeline` runs
+   one submission through stages 3 to 6, on whichever :mod:`autograder.executors` the command chose);
+4. :mod:`autograder.verdicts`: hidden tests decided outside the kernel;
+5. :mod:`autograder.gradebook`: the class's nbgrader gradebook, written by the main process only;
+6. :mod:`autograder.feedback`: feedback pages and the class's reports.
 """
 
 from __future__ import annotations

@@ -43,7 +43,21 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, required=True, help="folder for grades.csv, items.csv and feedback/"
     )
     grade.add_argument(
-        "--jobs", type=_positive_int, default=None, help="parallel workers (default: one per core, at most 8)"
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        help="local worker processes (default: one per core, no more than the memory holds kernels of --memory-mb)",
+    )
+    grade.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="grade on the dask.distributed cluster of this scheduler, e.g. tcp://host:8786 (see README)",
+    )
+    grade.add_argument(
+        "--regrade",
+        action="store_true",
+        help="grade every submission again, even one whose result is kept from an earlier run into --out",
     )
     grade.add_argument(
         "--timeout",
@@ -106,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.command == "grade":
         from tqdm import tqdm
 
-        from autograder.escape import report_text
+        from autograder.executors.dask import SchedulerLost
+        from autograder.feedback.escape import report_text
         from autograder.grade import grade
 
         def report(result) -> None:
@@ -135,10 +150,15 @@ def main(argv: list[str] | None = None) -> int:
                 sandbox=not arguments.no_sandbox,
                 db_url=arguments.db,
                 progress=not arguments.no_progress and sys.stderr.isatty(),
+                scheduler=arguments.scheduler,
+                regrade=arguments.regrade,
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
             return 2
+        except SchedulerLost as error:
+            print(f"grading stopped: {error}", file=sys.stderr)
+            return 3
         if not results:
             print(
                 f"no <student>/<assignment>/ folder found in {arguments.path}; see report.txt",

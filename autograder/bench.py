@@ -9,12 +9,18 @@ from ``source/``), then graded twice in one run:
 
 It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned all the
 points of its test cells (written answers wait for an instructor), so that a fast failure cannot pass for speed.
-Ours does not run the explorer cells (:mod:`autograder.template`); plain nbgrader runs every cell.
+Ours does not run the explorer cells (:mod:`autograder.verdicts.template`); plain nbgrader runs every cell.
+
+``--workers 1 2``: no plain run; ours with each number of workers, the parallel efficiency of each against one
+worker (speed-up over the number of workers), and, from the time a notebook takes one worker, the number of
+such workers that grades a course of ``--course-students`` students x 6 assignments in an hour at the
+efficiency measured last.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -111,9 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, nargs="+", default=None, help="scaling run (see above)")
+    parser.add_argument("--course-students", type=int, default=10_000)
     parser.add_argument("assignments", nargs="*", default=list(ASSIGNMENTS))
     arguments = parser.parse_args(argv)
     assignments = tuple(arguments.assignments)
+    if arguments.workers:
+        return scaling(arguments.students, assignments, arguments.workers, arguments.course_students)
     with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
         work = Path(work_name)
         course = TemporaryCourse(work / "plain", assignments)
@@ -130,6 +140,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{our_seconds:.1f} s, {our_rate:.1f} notebooks/minute"
     )
     print(f"ratio: {our_rate / plain_rate:.2f}x")
+    return 0
+
+
+def scaling(students: int, assignments: tuple[str, ...], workers: list[int], course_students: int) -> int:
+    """Ours with each number of ``workers``; the parallel efficiency; the workers a whole course needs."""
+    seconds = {}
+    with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
+        work = Path(work_name)
+        course = TemporaryCourse(work / "plain", assignments)
+        released = {assignment: course.generate(assignment) for assignment in assignments}
+        count = generate_class(work / "class", students, assignments, released)
+        points = {assignment: autograded_points(released[assignment]) for assignment in assignments}
+        for jobs in workers:
+            seconds[jobs], sandboxed = ours(work / "class", work / f"out-{jobs}", jobs, points)
+    print(f"{count} notebooks ({students} students x {', '.join(assignments)}), {os.cpu_count()} cores, "
+          f"{'sandboxed' if sandboxed else 'NOT sandboxed'}")
+    base = workers[0]
+    for jobs in workers:
+        efficiency = seconds[base] * base / (seconds[jobs] * jobs)
+        print(f"{jobs} worker(s): {seconds[jobs]:.1f} s, {60 * count / seconds[jobs]:.1f} notebooks/minute, "
+              f"parallel efficiency {efficiency:.2f}")
+    per_notebook = seconds[base] * base / count  # seconds of one worker per notebook
+    course_notebooks = course_students * 6
+    needed = math.ceil(course_notebooks * per_notebook / 3600 / efficiency)
+    print(f"one worker grades a notebook in {per_notebook:.1f} s: {course_students} students x 6 assignments "
+          f"({course_notebooks} notebooks) in an hour need {needed} such workers at efficiency {efficiency:.2f}")
     return 0
 
 

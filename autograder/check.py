@@ -18,7 +18,7 @@ import nbformat
 
 from autograder import ASSIGNMENTS, released_notebook
 from autograder.course import KERNEL_NAME, kernel_environment_set, write_kernelspec
-from autograder.sanitize import read_notebook
+from autograder.intake.sanitize import read_notebook
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -35,10 +35,10 @@ def write_kernelspec(jupyter_directory: Path) -> Path:
     kernel_directory = jupyter_directory / "kernels" / KERNEL_NAME
     kernel_directory.mkdir(parents=True, exist_ok=True)
     spec = {
-        # The launcher starts the kernel in its sandbox when the grader asks for one (autograder.sandbox),
+        # The launcher starts the kernel in its sandbox when the grader asks for one (autograder.sandbox.launcher),
         # as a plain ipykernel otherwise; a sandboxed kernel is in a session of its own, out of reach of
         # signals to the launcher's process group, so interrupts are sent as messages.
-        "argv": [sys.executable, "-m", "autograder.sandbox", "{connection_file}"],
+        "argv": [sys.executable, "-m", "autograder.sandbox.launcher", "{connection_file}"],
         "display_name": "Python 3 (ipykernel)",
         "language": "python",
         "interrupt_mode": "message",
@@ -154,3 +154,18 @@ class TemporaryCourse:
         with kernel_environment_set(self.jupyter_directory):
             run_app(app)
         return self.directory / "release" / assignment / f"{assignment}.ipynb"
+
+
+def course_version() -> str:
+    """A hash of what decides a grade on this machine: every file of ``autograder/`` (the grader and the
+    exercises' sources) and of ``posenc_ref/`` (the package the kernels import). Two machines grade alike when
+    their versions are equal."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for package in ("autograder", "posenc_ref"):
+        root = REPOSITORY / package
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(str(path.relative_to(REPOSITORY)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

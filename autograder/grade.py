@@ -2,23 +2,25 @@
 
 PATH is a folder of ``<student>/<assignment>/<notebook>.ipynb`` or a zip of one. For every submission:
 
-1. :mod:`autograder.sanitize` compares it with the released notebook (generated from ``source/`` in a
+1. :mod:`autograder.intake.sanitize` compares it with the released notebook (generated from ``source/`` in a
    temporary course, never read from ``notebooks/``); a file that cannot be graded gets 0 for every item and
    a feedback page with the reason;
 2. a worker process grades it with nbgrader (autograde, then generate_feedback) in a course directory of
    its own, a copy of the template course holding the sources and the gradebook; nbgrader runs the notebook
-   in a fresh kernel, sandboxed (:mod:`autograder.sandbox`), its output capped (:mod:`autograder.execute`),
+   in a fresh kernel, sandboxed (:mod:`autograder.sandbox.launcher`), its output capped (:mod:`autograder.sandbox.execute`),
    with the kernel part of the hidden tests put back: the expected values and the checks were cut out of
-   the template gradebook (:mod:`autograder.template`, which also turns the explorer cells into comments)
-   and are decided in the worker on the values the kernel reported (:mod:`autograder.verdict`), which
+   the template gradebook (:mod:`autograder.verdicts.template`, which also turns the explorer cells into comments)
+   and are decided in the worker on the values the kernel reported (:mod:`autograder.verdicts.verdict`), which
    replace nbgrader's scores for those cells;
 3. the scores per item are read from that gradebook, the failure message of each test from the autograded
    notebook, and the grader's notes are put on top of nbgrader's feedback page;
 4. the main process writes the result into the class's gradebook (:mod:`autograder.gradebook`; it is its
    only writer) as soon as it arrives.
 
-Workers run in parallel (``--jobs``, by default one per core, at most 8); a failure of one submission, even
-of the grader itself, gives that submission 0 and a reason, and the batch always completes.
+Workers run in parallel (``--jobs`` local processes, or a Dask cluster with ``--scheduler``:
+:mod:`autograder.executors`); a failure of one submission, even of the grader itself, gives that submission 0
+and a reason, and the batch always completes. Each result is also kept as it arrives
+(:mod:`autograder.records`), so that a batch that stopped resumes.
 
 Outputs, in DIR (these names only are replaced):
 
@@ -38,393 +40,35 @@ points are part of ``max_score``, as in nbgrader.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import csv
 import dataclasses
-import multiprocessing
 import os
-import re
 import secrets
 import shutil
 import sys
 import tempfile
-import traceback
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from autograder import ASSIGNMENTS, REPOSITORY, cgroups
-from autograder.course import NbgraderError, TemporaryCourse, kernel_environment, load_config, run_app
-from autograder.escape import csv_row, report_text, sanitize_notebook_file
-from autograder.feedback import Item, add_notes, ungraded_page
+from autograder import ASSIGNMENTS, REPOSITORY
+from autograder.course import TemporaryCourse, course_version, load_config
+from autograder.executors.dask import SchedulerLost, run_dask
+from autograder.executors.local import run_local
+from autograder.feedback.reports import write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record
-from autograder.sandbox import ENVIRONMENT_VARIABLE, Limits, Settings, bwrap_problem
-from autograder.sanitize import prepare
-from autograder.submissions import collect, extract_notebooks
-from autograder.template import harden_gradebook, quiet_explorers
-from autograder.verdict import Split, decide, new_marker, parse_reports, reported_text
+from autograder.intake.sanitize import prepare
+from autograder.intake.submissions import collect, extract_notebooks
+from autograder.pipeline import write_ungraded
+from autograder.records import Records, record_key
+from autograder.sandbox import cgroups
+from autograder.sandbox.launcher import Limits, bwrap_problem
+from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
+from autograder.verdicts.template import harden_gradebook, quiet_explorers
+from autograder.verdicts.verdict import new_marker
 
-EXPORT_COLUMNS = (
-    "assignment",
-    "duedate",
-    "timestamp",
-    "student_id",
-    "last_name",
-    "first_name",
-    "email",
-    "raw_score",
-    "late_submission_penalty",
-    "score",
-    "max_score",
-)
-ITEM_COLUMNS = ("student_id", "assignment", "item", "score", "max_score", "status", "message")
 OUTPUT_NAMES = ("grades.csv", "items.csv", "report.txt", "feedback", "logs")
-MAX_MESSAGE = 600
-NOT_SUBMITTED = "no submission"
-# Each worker runs one kernel at a time (a few hundred MB with torch): more workers than this by request only.
-MAX_DEFAULT_JOBS = 8
 MEGABYTE = 1024 * 1024
-KERNEL_LOG = "kernel.log"
-MAX_KERNEL_LOG_BYTES = 64 * 1024
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-@dataclass(frozen=True)
-class LayoutItem:
-    """A graded cell of an assignment, as released."""
-
-    grade_id: str
-    points: float
-    cell_type: str
-
-
-@dataclass
-class Result:
-    """The grade of one student for one assignment."""
-
-    student: str
-    assignment: str
-    items: list[Item]
-    notes: list[str] = field(default_factory=list)
-    reason: str | None = None  # why nothing could be graded
-
-    @property
-    def score(self) -> float:
-        return sum(item.score for item in self.items)
-
-    @property
-    def max_score(self) -> float:
-        return sum(item.max_score for item in self.items)
-
-
-@dataclass(frozen=True)
-class Task:
-    """Everything a worker needs to grade one submission (picklable)."""
-
-    student: str
-    assignment: str
-    notebook: Path
-    template: Path
-    directory: Path
-    layout: tuple[LayoutItem, ...]
-    notes: tuple[str, ...]
-    feedback: Path
-    log: Path
-    timeout: int | None
-    splits: dict[str, Split] = field(default_factory=dict)  # test cells decided in the grader, by grade_id
-    marker: str = ""
-    hidden: tuple[str, ...] = ()  # paths the kernel must not see
-    limits: Limits = field(default_factory=Limits)
-    use_bwrap: bool = True
-    use_cgroup: bool = False
-
-
-def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:
-    """The graded cells of a released notebook, in notebook order."""
-    items = []
-    for cell in released.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade"):
-            items.append(LayoutItem(meta["grade_id"], float(meta.get("points", 0)), cell.cell_type))
-    return tuple(items)
-
-
-def zero_items(layout: tuple[LayoutItem, ...], status: str, message: str = "") -> list[Item]:
-    return [Item(item.grade_id, 0.0, item.points, status, message) for item in layout]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# In a worker process
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _init_worker(jupyter_directory: str, log_directory: str) -> None:
-    """Kernels of this worker run this interpreter; its own and its kernels' stderr go to a log file."""
-    os.environ.update(kernel_environment(Path(jupyter_directory)))
-    warnings.filterwarnings("ignore")  # SQLAlchemy's and traitlets' warnings belong to nbgrader, not to us
-    log_file = os.open(
-        Path(log_directory) / f"worker-{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    )
-    os.dup2(log_file, 1)
-    os.dup2(log_file, 2)
-
-
-def _failure_messages(autograded: Path) -> dict[str, str]:
-    """For each test cell of the autograded notebook that raised, ``"Name: message"``."""
-    messages = {}
-    if not autograded.exists():
-        return messages
-    for cell in nbformat.read(autograded, as_version=4).cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        for output in cell.get("outputs", []):
-            if grade_id and output.get("output_type") == "error":
-                text = _ANSI.sub("", f"{output.get('ename', '')}: {output.get('evalue', '')}").strip()
-                messages[grade_id] = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
-                break
-    return messages
-
-
-def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
-    """Decide the split test cells from their reports; write the scores into the gradebook.
-
-    nbgrader's own score for such a cell (did it raise in the student's kernel?) is replaced: the cell passes
-    when the grader's checks pass on the values the kernel reported, and only then. Returns the failure
-    message of each split cell that failed.
-    """
-    from nbgrader.api import Gradebook
-
-    if not task.splits:
-        return {}
-    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
-    cells = {}
-    if autograded.exists():
-        for cell in nbformat.read(autograded, as_version=4).cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if grade_id in task.splits:
-                cells[grade_id] = cell
-    kernel_errors = _failure_messages(autograded)
-    messages = {}
-    points = {item.grade_id: item.points for item in task.layout}
-    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
-        for grade_id, split in task.splits.items():
-            cell = cells.get(grade_id)
-            reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
-            passed, message = decide(split, reports, problem or kernel_errors.get(grade_id))
-            grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)
-            grade.auto_score = points.get(grade_id, 0.0) if passed else 0.0
-            if not passed:
-                messages[grade_id] = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
-        gradebook.db.commit()
-    return messages
-
-
-def _items_from_gradebook(course_root: Path, task: Task, decided: dict[str, str]) -> list[Item]:
-    from nbgrader.api import Gradebook
-
-    messages = _failure_messages(
-        course_root / "autograded" / task.student / task.assignment / task.notebook.name
-    )
-    messages.update(decided)
-    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
-        submitted = gradebook.find_submission_notebook(task.assignment, task.assignment, task.student)
-        grades = {grade.name: (grade.score, grade.needs_manual_grade) for grade in submitted.grades}
-    items = []
-    for layout_item in task.layout:
-        score, needs_manual_grade = grades.get(layout_item.grade_id, (0.0, False))
-        score = float(score or 0.0)
-        if layout_item.cell_type == "markdown":
-            status = (
-                "manual" if needs_manual_grade else ("passed" if score >= layout_item.points else "failed")
-            )
-            message = "to be graded by an instructor" if needs_manual_grade else ""
-            if not needs_manual_grade and score == 0:
-                message = "no answer was written"
-        else:
-            status = "passed" if score >= layout_item.points else "failed"
-            message = (
-                "" if status == "passed" else messages.get(layout_item.grade_id, "the test did not pass")
-            )
-        items.append(Item(layout_item.grade_id, score, layout_item.points, status, message))
-    return items
-
-
-def _nbgrader_step(app_class, course_root: Path, task: Task, **config_updates) -> str:
-    from nbgrader.coursedir import CourseDirectory
-
-    config = load_config(course_root, timeout=task.timeout, sockets=task.directory / "runtime" / "kernel")
-    for section, values in config_updates.items():
-        for key, value in values.items():
-            config[section][key] = value
-    course_directory = CourseDirectory(config=config)
-    course_directory.assignment_id = task.assignment
-    course_directory.student_id = task.student
-    app = app_class(coursedir=course_directory, config=config)
-    app.force = True
-    if hasattr(app, "create_student"):
-        app.create_student = True
-    return run_app(app)
-
-
-def _autograde_config(limits: Limits) -> dict[str, dict]:
-    """nbgrader's autograde steps with :class:`autograder.execute.CappedExecute` in place of Execute."""
-    from nbgrader.converters import Autograde
-    from nbgrader.preprocessors import Execute
-
-    from autograder.execute import CappedExecute
-
-    steps = Autograde.class_traits()["autograde_preprocessors"].default()
-    return {
-        "Autograde": {"autograde_preprocessors": [CappedExecute if step is Execute else step for step in steps]},
-        "CappedExecute": {
-            "max_output_bytes": limits.output_kb * 1024,
-            "max_notebook_bytes": limits.notebook_output_kb * 1024,
-        },
-    }
-
-
-def _memory_note(task: Task, group: cgroups.KernelGroup | None) -> str:
-    if group is None or not group.memory_limit_hits():
-        return ""
-    return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
-
-
-def _failure_reason(log: str, memory_note: str = "") -> str:
-    """Why nbgrader could not run a notebook, from its log."""
-    if memory_note:
-        return memory_note
-    if "Kernel died" in log or "DeadKernelError" in log:
-        return "the kernel died while running the notebook (a cell ended Python or ran out of memory)"
-    errors = [
-        line.strip() for line in log.splitlines() if line.startswith("[ERROR]") and "Please see" not in line
-    ]
-    return f"nbgrader could not run the notebook ({errors[-1][8:] if errors else 'see the log'})"
-
-
-def _timeout_notes(log: str) -> list[str]:
-    """A note for every cell that nbgrader interrupted at the time limit."""
-    limits = re.findall(r"Timeout waiting for execute reply \((\d+)s\)", log)
-    return [
-        f"a cell ran longer than {limit} seconds and was interrupted; the cells after it still ran"
-        for limit in limits
-    ]
-
-
-def _write_ungraded(task: Task, reason: str) -> Result:
-    """0 for every item, with ``reason``, and a feedback page that says so. Never raises: when even the page
-    cannot be written, the result still carries the reason (and report.txt says so)."""
-    result = Result(
-        task.student, task.assignment, zero_items(task.layout, "not graded", reason), list(task.notes), reason
-    )
-    try:
-        task.feedback.parent.mkdir(parents=True, exist_ok=True)
-        page = ungraded_page(task.student, task.assignment, reason, result.items, result.notes)
-        task.feedback.write_bytes(page.encode("utf-8", "backslashreplace"))
-    except Exception as error:  # noqa: BLE001 (the grade and its reason must reach grades.csv and report.txt)
-        result.notes.append(f"the feedback page could not be written ({type(error).__name__})")
-    return result
-
-
-def _set_sandbox(task: Task, group: cgroups.KernelGroup | None) -> None:
-    """The kernel of this task starts in a sandbox with a scratch folder, a runtime folder and a log file of its
-    own, in its control group when it has one."""
-    scratch, runtime = task.directory / "scratch", task.directory / "runtime"
-    scratch.mkdir(parents=True)
-    runtime.mkdir(parents=True, mode=0o700)
-    settings = Settings(
-        str(scratch),
-        str(runtime),
-        str(task.directory / KERNEL_LOG),
-        task.hidden,
-        task.limits,
-        task.use_bwrap,
-        None if group is None else (group.version, tuple(str(folder) for folder in group.folders)),
-    )
-    os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
-    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
-
-
-def _kernel_log_tail(task: Task) -> str:
-    """The end of what the kernel wrote on its standard output and error (its own log file)."""
-    path = task.directory / KERNEL_LOG
-    if not path.exists():
-        return ""
-    with open(path, "rb") as handle:
-        handle.seek(max(0, path.stat().st_size - MAX_KERNEL_LOG_BYTES))
-        tail = handle.read().decode("utf-8", "backslashreplace")
-    return f"--- the kernel's standard output and error (last {MAX_KERNEL_LOG_BYTES} bytes at most) ---\n{tail}"
-
-
-def _kernel_group(task: Task, log: list[str]) -> cgroups.KernelGroup | None:
-    if not task.use_cgroup:
-        return None
-    limits = task.limits
-    try:
-        return cgroups.KernelGroup.create(memory_bytes=limits.memory_mb * MEGABYTE, processes=limits.processes)
-    except OSError as error:
-        log.append(f"the kernel's control group could not be made: {error}")
-        return None
-
-
-def grade_task(task: Task) -> Result:
-    """Grade one submission in a course directory of its own; never raises."""
-    from nbgrader.converters import Autograde, GenerateFeedback
-
-    course_root = task.directory / "course"
-    log: list[str] = []
-    group = None
-    try:
-        shutil.copytree(task.template / "source" / task.assignment, course_root / "source" / task.assignment)
-        shutil.copy2(task.template / "gradebook.db", course_root / "gradebook.db")
-        submitted = course_root / "submitted" / task.student / task.assignment
-        submitted.mkdir(parents=True)
-        shutil.copy2(task.notebook, submitted / task.notebook.name)
-        group = _kernel_group(task, log)
-        _set_sandbox(task, group)
-        try:
-            log.append(_nbgrader_step(Autograde, course_root, task, **_autograde_config(task.limits)))
-        except NbgraderError as error:
-            log.append(str(error))
-            return _write_ungraded(task, _failure_reason(str(error), _memory_note(task, group)))
-        notes = [*task.notes, *_timeout_notes(log[-1])]
-        if memory_note := _memory_note(task, group):
-            notes.append(memory_note)
-        decided = _decide_outside_kernel(course_root, task)
-        items = _items_from_gradebook(course_root, task, decided)
-        # Student HTML, scripts and active outputs never reach the page the instructor opens.
-        sanitize_notebook_file(course_root / "autograded" / task.student / task.assignment / task.notebook.name)
-        log.append(
-            _nbgrader_step(GenerateFeedback, course_root, task, HTMLExporter={"template_name": "feedback"})
-        )
-        page = (
-            course_root
-            / "feedback"
-            / task.student
-            / task.assignment
-            / task.notebook.with_suffix(".html").name
-        )
-        task.feedback.parent.mkdir(parents=True, exist_ok=True)
-        task.feedback.write_text(add_notes(page.read_text(encoding="utf-8"), notes), encoding="utf-8")
-        return Result(task.student, task.assignment, items, notes)
-    except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
-        log.append(traceback.format_exc())
-        return _write_ungraded(task, "the grader failed on this submission (see its log)")
-    finally:
-        if group is not None:
-            group.remove()
-        with contextlib.suppress(Exception):  # a log that cannot be written must not lose the grade
-            log.append(_kernel_log_tail(task))
-            task.log.parent.mkdir(parents=True, exist_ok=True)
-            task.log.write_bytes("\n".join(log).encode("utf-8", "backslashreplace"))
-        shutil.rmtree(task.directory, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# In the main process
-# ---------------------------------------------------------------------------------------------------------
 
 
 def configured_limits() -> Limits:
@@ -474,16 +118,16 @@ def _prepare_task(task: Task, submission, released: nbformat.NotebookNode) -> Ta
     """The task to run for one submission, or its result when it cannot be graded. Never raises."""
     try:
         if submission.path is None:
-            return _write_ungraded(task, "the folder holds no notebook")
+            return write_ungraded(task, "the folder holds no notebook")
         prepared = prepare(submission.path, released)
         task = dataclasses.replace(task, notes=(*task.notes, *prepared.notes))
         if prepared.notebook is None:
-            return _write_ungraded(task, prepared.reason or "unknown")
+            return write_ungraded(task, prepared.reason or "unknown")
         task.notebook.parent.mkdir(parents=True)
         task.notebook.write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
         return task
     except Exception as error:  # noqa: BLE001 (one submission's problem stays with it)
-        return _write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
+        return write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
 
 
 def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
@@ -496,33 +140,20 @@ def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
     raise FileNotFoundError(f"{path} is neither a folder nor a zip file")
 
 
-def _run_tasks(tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Delivery) -> None:
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=jobs,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(str(jupyter_directory), str(worker_logs)),
-    ) as pool:
-        futures = {pool.submit(grade_task, task): task for task in tasks}
-        for future in concurrent.futures.as_completed(futures):
-            task = futures[future]
-            try:
-                result = future.result()
-            except Exception as error:  # noqa: BLE001 (the worker process itself died)
-                result = _write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})")
-            deliver(result)
-
-
 class Delivery:
     """Where each result goes as soon as it is ready, in the main process: the class's gradebook (this is its
-    only writer), the progress bar and the caller's ``report``."""
+    only writer), the records a resumed run reads (:mod:`autograder.records`), the progress bar and the
+    caller's ``report``."""
 
-    def __init__(self, gradebook, report: Callable[[Result], None], total: int, progress: bool) -> None:
+    def __init__(
+        self, gradebook, report: Callable[[Result], None], total: int, progress: bool, records: Records
+    ) -> None:
         from tqdm import tqdm
 
         self.gradebook = gradebook
         self.report = report
+        self.records = records
+        self.keys: dict[tuple[str, str], tuple[str, Path, Path]] = {}  # (student, assignment) -> key, page, log
         self.results: list[Result] = []
         self.warnings: list[str] = []
         self.bar = tqdm(total=total, unit="notebook", desc="grading", disable=not progress, file=sys.stderr)
@@ -537,6 +168,11 @@ class Delivery:
                 f"({type(error).__name__}: {str(error)[:200]})"
             )
         self.results.append(result)
+        if (kept := self.keys.get((result.student, result.assignment))) is not None:
+            try:
+                self.records.save(result, *kept)
+            except OSError as error:
+                self.warnings.append(f"{result.student}/{result.assignment} was not kept for a resumed run ({error})")
         self.bar.update()
         self.report(result)
 
@@ -562,50 +198,19 @@ def _open_class_gradebook(db_url: str):
         raise ValueError(f"db_url {shown}: the gradebook cannot be opened ({type(error).__name__}: {error})") from error
 
 
-def _export_row(result: Result) -> dict[str, str]:
-    """The row of ``nbgrader export`` for one result (no names, due dates or late penalties here)."""
-    score = str(float(result.score))
-    row = dict.fromkeys(EXPORT_COLUMNS, "")
-    row.update(
-        assignment=result.assignment,
-        student_id=result.student,
-        raw_score=score,
-        late_submission_penalty="0.0",
-        score=score,
-        max_score=str(float(result.max_score)),
-    )
-    return row
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How :func:`grade` runs a batch (its keyword arguments)."""
 
-
-def _write_csvs(results: list[Result], out: Path) -> None:
-    """``grades.csv`` and ``items.csv``; every cell a student could choose is neutralized (:func:`csv_row`)."""
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(EXPORT_COLUMNS)
-        for result in results:
-            row = _export_row(result)
-            writer.writerow(csv_row(row[column] for column in EXPORT_COLUMNS))
-    with open(out / "items.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(ITEM_COLUMNS)
-        for result in results:
-            if result.reason == NOT_SUBMITTED:
-                continue
-            for item in result.items:
-                scores = (str(float(item.score)), str(float(item.max_score)))
-                writer.writerow(
-                    csv_row([result.student, result.assignment, item.grade_id, *scores, item.status, item.message])
-                )
-
-
-def _write_report(results: list[Result], warnings_found: list[str], out: Path) -> None:
-    """``report.txt``: one line per warning, per submission and per note, control characters escaped."""
-    lines = ["Warnings:", *(f"- {report_text(warning)}" for warning in warnings_found)] if warnings_found else []
-    for result in results:
-        header = f"{result.student}/{result.assignment}: {result.score:g} / {result.max_score:g}"
-        lines.append(report_text(header + (f" (not graded: {result.reason})" if result.reason else "")))
-        lines += [f"  note: {report_text(note)}" for note in result.notes]
-    (out / "report.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    jobs: int | None
+    timeout: int | None
+    report: Callable[[Result], None]
+    limits: Limits
+    sandbox: bool
+    db_url: str | None
+    progress: bool
+    scheduler: str | None
+    regrade: bool
 
 
 def grade(
@@ -619,22 +224,30 @@ def grade(
     sandbox: bool = True,
     db_url: str | None = None,
     progress: bool = False,
+    scheduler: str | None = None,
+    regrade: bool = False,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
     Args:
         path: a folder of ``<student>/<assignment>/<notebook>.ipynb``, or a zip of one.
         out: the output folder (created if needed).
-        jobs: parallel workers, >= 1; default one per core, at most 8 (and at most one per submission).
+        jobs: local worker processes, >= 1; default one per core, as many as the memory holds kernels of
+            ``limits.memory_mb`` (:func:`default_jobs`), and at most one per submission. Unused with
+            ``scheduler``.
         timeout: seconds a cell may run before it is interrupted; default from ``nbgrader_config.py``.
         report: called with each result as soon as it is ready.
         limits: the resource limits of each kernel; default from ``nbgrader_config.py``
-            (``c.AutograderSandbox``), else :class:`autograder.sandbox.Limits`.
+            (``c.AutograderSandbox``), else :class:`autograder.sandbox.launcher.Limits`.
         sandbox: run each kernel in bubblewrap; when bwrap cannot run here (or ``sandbox`` is False) the
             kernels run with the limits only and ``report.txt`` says so.
         db_url: the class's nbgrader gradebook (:mod:`autograder.gradebook`), any SQLAlchemy URL nbgrader
             supports; default ``sqlite:///<out>/gradebook.db``. It is updated, never cleared.
         progress: show a progress bar on standard error.
+        scheduler: the address of a ``dask.distributed`` scheduler (``tcp://HOST:PORT``): every submission
+            is a task on its cluster (:mod:`autograder.executors.dask`) instead of a local process.
+        regrade: grade every submission, even those whose result is kept from an earlier run into ``out``
+            with the same file, course and options (:mod:`autograder.records`).
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
@@ -642,31 +255,44 @@ def grade(
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: ``path`` is a file that is not a zip, or a zip beyond the size limits; ``jobs`` < 1;
-            ``db_url`` is not a URL or its database cannot be opened.
+            ``db_url`` is not a URL or its database cannot be opened; ``scheduler`` cannot be reached or
+            has no worker that passes its check.
+        SchedulerLost: the scheduler went away mid-batch; the results recorded so far are kept, and the same
+            command resumes.
     """
     path, out = Path(path).resolve(), Path(out).resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    options = Options(
+        jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
+        scheduler, regrade,
+    )
     out.mkdir(parents=True, exist_ok=True)
     class_gradebook = _open_class_gradebook(db_url or f"sqlite:///{out / 'gradebook.db'}")
     staging = out / f".autograder-new-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        results, warnings_found = _grade_into(
-            path, staging, out, class_gradebook, db_url, jobs, timeout, report, limits, sandbox, progress
-        )
-        _write_csvs(results, staging)
-        _write_report(results, warnings_found, staging)
+        results, warnings_found = _grade_into(path, staging, out, class_gradebook, options)
+        write_csvs(results, staging)
+        write_report(results, warnings_found, staging)
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return results
 
 
-def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, report, limits, sandbox, progress):
+def default_jobs(limits: Limits) -> int:
+    """One worker per core, but no more than the machine's memory holds kernels of ``limits.memory_mb``."""
+    cores = os.cpu_count() or 1
+    memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MEGABYTE
+    return max(1, min(cores, memory_mb // limits.memory_mb if limits.memory_mb else cores))
+
+
+def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: Options):
     """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings)."""
+    limits = options.limits
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
         root, warnings_found = _submission_root(path, work)
@@ -680,11 +306,10 @@ def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, repo
         with open_gradebook(f"sqlite:///{course.gradebook}") as template:
             copy_assignments(template, class_gradebook, assignments)
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
-        limits = limits or configured_limits()
-        problem = bwrap_problem() if sandbox else "the sandbox was turned off (--no-sandbox)"
+        problem = bwrap_problem() if options.sandbox else "the sandbox was turned off (--no-sandbox)"
         cgroup_problem = cgroups.problem()
         warnings_found += _enforcement_warnings(problem, cgroup_problem, limits)
-        database = _sqlite_file(db_url)
+        database = _sqlite_file(options.db_url)
         hidden = tuple(
             str(hidden_path)
             for hidden_path in (
@@ -704,7 +329,10 @@ def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, repo
                     f"{assignment}: the hidden tests of {', '.join(whole)} run whole in the student's kernel "
                     "(they check objects that cannot be reported); their grades rest on that kernel"
                 )
-        deliver = Delivery(class_gradebook, report or (lambda result: None), len(collection.submissions), progress)
+        records = Records(out)
+        version = course_version()
+        graded_with = {"limits": limits, "timeout": options.timeout, "sandbox": problem is None}
+        deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records)
         try:
             tasks = []
             for index, submission in enumerate(collection.submissions):
@@ -722,7 +350,7 @@ def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, repo
                     / submission.assignment
                     / f"{submission.assignment}.html",
                     log=staging / "logs" / submission.student / f"{submission.assignment}.log",
-                    timeout=timeout,
+                    timeout=options.timeout,
                     splits=splits[submission.assignment],
                     marker=marker,
                     hidden=hidden,
@@ -730,16 +358,35 @@ def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, repo
                     use_bwrap=problem is None,
                     use_cgroup=cgroup_problem is None,
                 )
+                key = _record_key(submission.path, version, graded_with)
+                deliver.keys[submission.student, submission.assignment] = (key, task.feedback, task.log)
+                kept = None if options.regrade else records.load(
+                    submission.student, submission.assignment, key, task.feedback, task.log
+                )
+                if kept is not None:
+                    deliver(kept)
+                    continue
                 prepared = _prepare_task(task, submission, released[submission.assignment])
                 if isinstance(prepared, Result):
                     deliver(prepared)
                 else:
                     tasks.append(prepared)
-            if tasks:
+            if tasks and options.scheduler:
+                try:
+                    run_dask(
+                        tasks, options.scheduler, course.directory, deliver, warnings_found.append, version=version
+                    )
+                except SchedulerLost as error:
+                    recorded = sorted(f"{result.student}/{result.assignment}" for result in deliver.results)
+                    raise SchedulerLost(
+                        f"{error}. {len(recorded)} of {len(collection.submissions)} submissions were recorded "
+                        f"({', '.join(recorded) or 'none'}); run the same command again to grade the rest"
+                    ) from error
+            elif tasks:
                 worker_logs = staging / "logs"
                 worker_logs.mkdir(parents=True, exist_ok=True)
-                workers = min(jobs or min(os.cpu_count() or 1, MAX_DEFAULT_JOBS), len(tasks))
-                _run_tasks(tasks, workers, course.jupyter_directory, worker_logs, deliver)
+                workers = min(options.jobs or default_jobs(limits), len(tasks))
+                run_local(tasks, workers, course.jupyter_directory, worker_logs, deliver)
         finally:
             deliver.close()
     results = deliver.results
@@ -760,6 +407,14 @@ def _grade_into(path, staging, out, class_gradebook, db_url, jobs, timeout, repo
                 )
     results.sort(key=lambda result: (result.assignment, result.student))
     return results, warnings_found
+
+
+def _record_key(submitted: Path | None, version: str, graded_with: dict) -> str:
+    try:
+        content = b"" if submitted is None else submitted.read_bytes()
+    except OSError:
+        content = b"unreadable"
+    return record_key(content, version, graded_with)
 
 
 def _sqlite_file(db_url: str | None) -> Path | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # nbgrader is imported lazily: it takes a second
     from nbgrader.api import Gradebook
 
-    from autograder.grade import Result
+    from autograder.types import Result
 
 MANUAL_STATUS = "manual"  # the status of an item that waits for an instructor (autograder.grade)
 

@@ -20,8 +20,8 @@ c.Execute.timeout = 120
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
 
-# The sandbox of every student's kernel while grading (autograder/sandbox.py): bubblewrap, a control group
-# (autograder/cgroups.py) and these limits (0: no limit). `python -m autograder grade --memory-mb ...`
+# The sandbox of every student's kernel while grading (autograder/sandbox/launcher.py): bubblewrap, a control group
+# (autograder/sandbox/cgroups.py) and these limits (0: no limit). `python -m autograder grade --memory-mb ...`
 # overrides them.
 c.AutograderSandbox.memory_mb = 4096  # address space and control-group memory; torch alone takes ~700 MB
 c.AutograderSandbox.cpu_seconds = 600  # CPU time of each process of the kernel

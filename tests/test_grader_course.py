@@ -20,10 +20,10 @@ import pytest
 
 from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
 from autograder.course import TemporaryCourse, kernel_environment, write_kernelspec
-from autograder.sanitize import prepare, read_notebook
-from autograder.submissions import collect, extract_notebooks
-from autograder.template import harden_gradebook
-from autograder.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source
+from autograder.intake.sanitize import prepare, read_notebook
+from autograder.intake.submissions import collect, extract_notebooks
+from autograder.verdicts.template import harden_gradebook
+from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source
 
 # (autograded points, manually graded points) per assignment.
 POINTS = {

@@ -1,4 +1,4 @@
-"""Nothing a student writes can inject into the instructor's files (autograder.escape, autograder.feedback):
+"""Nothing a student writes can inject into the instructor's files (autograder.feedback.escape, autograder.feedback.pages):
 CSV cells that a spreadsheet would run, lines of report.txt that a name could split or forge, and feedback
 pages that a notebook could make run a script. The pages are rendered here as nbgrader's GenerateFeedback
 renders them: nbconvert's HTMLExporter with nbgrader's "feedback" template. No kernel runs here."""
@@ -19,7 +19,7 @@ from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 from traitlets.config import Config
 
-from autograder.escape import (
+from autograder.feedback.escape import (
     CSP_META,
     csv_cell,
     csv_row,
@@ -29,7 +29,7 @@ from autograder.escape import (
     sanitize_notebook_file,
     with_content_security_policy,
 )
-from autograder.feedback import Item, add_notes, ungraded_page
+from autograder.feedback.pages import Item, add_notes, ungraded_page
 
 CSP = (
     "default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; base-uri 'none'; "

@@ -24,12 +24,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from planted import ROOT, filled, grade_id, released, solutions, write_submission
+from planted import ROOT, filled, grade_id, released, sandbox_missing, solutions, write_submission
 from redteam.hostile import KERNEL_ATTACKS, SYMPY_BOMB
 
-from autograder.cgroups import problem as cgroup_problem
 from autograder.grade import grade
-from autograder.sandbox import Limits, bwrap_problem
+from autograder.sandbox.cgroups import problem as cgroup_problem
+from autograder.sandbox.launcher import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +79,8 @@ def host(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch(host, tmp_path_factory):
-    if bwrap_problem() is not None:
-        pytest.skip(f"bubblewrap cannot run here: {bwrap_problem()}")
+    if sandbox_missing() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_missing()}")
     root = tmp_path_factory.mktemp("hostile")
     submissions, out = root / "class", root / "out"
     gradebook = root / "elsewhere" / "classbook.db"

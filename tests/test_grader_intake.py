@@ -1,6 +1,6 @@
 """From a class's folder or zip to the notebooks that get graded: exact paths, archives that fight back, file
-names and text that are not valid Unicode, and a batch whose failure deletes nothing (autograder.submissions,
-autograder.sanitize, autograder.grade). No kernel runs here but where a test says so."""
+names and text that are not valid Unicode, and a batch whose failure deletes nothing (autograder.intake.submissions,
+autograder.intake.sanitize, autograder.grade). No kernel runs here but where a test says so."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from autograder import grade as grade_module
 from autograder.grade import grade
-from autograder.sanitize import prepare
-from autograder.submissions import collect, extract_notebooks
+from autograder.intake.sanitize import prepare
+from autograder.intake.submissions import collect, extract_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
@@ -115,20 +115,29 @@ def test_a_submission_whose_preparation_crashes_gets_zero_and_the_batch_goes_on(
     assert (tmp_path / "out" / "feedback" / "ada" / "01_permutation" / "01_permutation.html").exists()
 
 
+def _outputs(out: Path) -> dict[Path, bytes]:
+    """The published outputs (not the gradebook, nor the records kept for a resumed run)."""
+    return {
+        path: path.read_bytes()
+        for path in out.rglob("*")
+        if path.is_file() and path.suffix != ".db" and ".autograder-records" not in path.parts
+    }
+
+
 def test_a_failed_batch_deletes_none_of_the_previous_results(tmp_path, monkeypatch):
     _put(tmp_path / "class", "ada/01_permutation/01_permutation.ipynb", b"not json")
     out = tmp_path / "out"
     grade(tmp_path / "class", out, jobs=1)
-    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file() and path.suffix != ".db"}
+    before = _outputs(out)
     _put(tmp_path / "class", "bob/01_permutation/01_permutation.ipynb", b"not json either")
 
     def crash(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(grade_module, "_write_report", crash)
+    monkeypatch.setattr(grade_module, "write_report", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         grade(tmp_path / "class", out, jobs=1)
-    after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file() and path.suffix != ".db"}
+    after = _outputs(out)
     assert after == before
     assert not any(path.name.startswith(".autograder-new") for path in out.iterdir())
     with open(out / "grades.csv") as handle:

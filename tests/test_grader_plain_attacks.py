@@ -27,7 +27,7 @@ from planted import write_submission
 from redteam import ASSIGNMENT, ATTACKS, attack_notebook, released
 
 from autograder.course import NbgraderError, TemporaryCourse, kernel_environment_set, run_app
-from autograder.sandbox import ENVIRONMENT_VARIABLE
+from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE
 
 pytestmark = [
     pytest.mark.slow,

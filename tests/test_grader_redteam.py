@@ -21,11 +21,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from planted import sandbox_missing
 from redteam import ASSIGNMENT, ATTACKS, build_attacks, build_honest
 
 from autograder import REPOSITORY
 from autograder.grade import grade
-from autograder.sandbox import Limits, bwrap_problem
+from autograder.sandbox.launcher import Limits
 
 pytestmark = pytest.mark.slow
 
@@ -85,8 +86,8 @@ class Listener:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    if bwrap_problem() is not None:
-        pytest.skip(f"bubblewrap cannot run here: {bwrap_problem()}")
+    if sandbox_missing() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_missing()}")
     root = tmp_path_factory.mktemp("redteam")
     submissions, out = root / "submitted", root / "graded"
     listener = Listener()

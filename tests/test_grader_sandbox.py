@@ -1,5 +1,5 @@
-"""The kernel's sandbox (autograder.sandbox), its control group (autograder.cgroups) and the caps on what it
-sends (autograder.execute), each checked on its own with real processes where the machine allows them."""
+"""The kernel's sandbox (autograder.sandbox.launcher), its control group (autograder.sandbox.cgroups) and the caps on what it
+sends (autograder.sandbox.execute), each checked on its own with real processes where the machine allows them."""
 
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from planted import sandbox_missing
 
-from autograder import cgroups
-from autograder.execute import MAX_TRACEBACK_LINES, REPORT_BYTES_PER_CELL, CappedExecute
-from autograder.sandbox import (
+from autograder.sandbox import cgroups
+from autograder.sandbox.execute import MAX_TRACEBACK_LINES, REPORT_BYTES_PER_CELL, CappedExecute
+from autograder.sandbox.launcher import (
     PASSED_THROUGH,
     Limits,
     Settings,
     _redirect_output,
     apply_limits,
     bwrap_argv,
-    bwrap_problem,
     kernel_environment,
 )
-from autograder.verdict import REPORT_MIME
+from autograder.verdicts.verdict import REPORT_MIME
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
-NO_BWRAP = bwrap_problem()
+NO_BWRAP = sandbox_missing()
 NO_CGROUP = cgroups.problem()
 ALLOWED_ENVIRONMENT = {
     *PASSED_THROUGH,
@@ -165,7 +165,7 @@ def test_the_kernel_writes_into_its_own_log_not_the_worker_s_output(tmp_path):
     log = tmp_path / "kernel.log"
     code = (
         "import os, sys\n"
-        f"from autograder.sandbox import _redirect_output\n_redirect_output({str(log)!r})\n"
+        f"from autograder.sandbox.launcher import _redirect_output\n_redirect_output({str(log)!r})\n"
         "os.write(1, b'out\\n'); os.write(2, b'err\\n'); print(sys.stdin.read() == '')\n"
     )
     completed = subprocess.run(
@@ -179,7 +179,7 @@ def test_the_kernel_writes_into_its_own_log_not_the_worker_s_output(tmp_path):
 
 def test_limits_stop_an_allocation_beyond_the_memory_limit(tmp_path):
     code = (
-        "from autograder.sandbox import Limits, apply_limits\n"
+        "from autograder.sandbox.launcher import Limits, apply_limits\n"
         "apply_limits(Limits(memory_mb=1024, cpu_seconds=30, processes=0, file_size_mb=1))\n"
         "try:\n    bytearray(2 * 1024 ** 3)\nexcept MemoryError:\n    print('refused')\n"
         "try:\n    open('big', 'wb').write(b'0' * 2 * 1024 ** 2)\nexcept OSError:\n    print('too big')\n"

@@ -1,4 +1,4 @@
-"""Grades decided outside the kernel (autograder.verdict): the split of hidden tests, the strict reading of
+"""Grades decided outside the kernel (autograder.verdicts.verdict): the split of hidden tests, the strict reading of
 reports, and the decision, which runs in a child process under a time and memory limit. No kernel runs here."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import ASSIGNMENTS, source_notebook, verdict
-from autograder.verdict import decide, hidden_section, parse_reports, split_hidden_tests
+from autograder import ASSIGNMENTS, source_notebook
+from autograder.verdicts import verdict
+from autograder.verdicts.verdict import decide, hidden_section, parse_reports, split_hidden_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "AUTOGRADER-REPORT-" + "0" * 32

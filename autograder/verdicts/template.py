@@ -3,7 +3,7 @@
 nbgrader's autograde puts every locked cell of a submission back from the gradebook's copy of the source (a
 student cannot change them), so what the student's kernel runs in those cells is decided here:
 
-- test cells whose hidden part can be split (:mod:`autograder.verdict`) keep only the calls of the student's
+- test cells whose hidden part can be split (:mod:`autograder.verdicts.verdict`) keep only the calls of the student's
   code and the reporter; the expected values and the checks stay in the grader's process;
 - explorer cells (``explore_*``: interactive figures for the student, no points) become a comment: they
   import matplotlib and ipywidgets and draw figures, which is most of a kernel's work besides torch, and no
@@ -16,7 +16,7 @@ import copy
 
 import nbformat
 
-from autograder.verdict import Split, hidden_section, kernel_cell_source, split_hidden_tests
+from autograder.verdicts.verdict import Split, hidden_section, kernel_cell_source, split_hidden_tests
 
 EXPLORER_PREFIX = "explore_"
 

@@ -1,6 +1,6 @@
 """Feedback pages: nbgrader's, with the grader's notes on top, and a page for what could not be graded.
 
-Both carry the Content-Security-Policy of :mod:`autograder.escape` (no script runs, nothing loads from
+Both carry the Content-Security-Policy of :mod:`autograder.feedback.escape` (no script runs, nothing loads from
 elsewhere); every text of ours that a student chose (names, reasons, notes) is escaped.
 """
 
@@ -8,25 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from autograder.escape import CSP_META, html_text, with_content_security_policy
+from autograder.feedback.escape import CSP_META, html_text, with_content_security_policy
+from autograder.types import Item
 
 _STYLE = (
     "border:2px solid #b45309;background:#fffbeb;color:#1f2937;padding:0.75em 1.25em;margin:1em auto;"
     "max-width:60em;font-family:sans-serif"
 )
-
-
-@dataclass(frozen=True)
-class Item:
-    """One graded cell of a submission."""
-
-    grade_id: str
-    score: float
-    max_score: float
-    status: str  # "passed", "failed", "manual" (waiting for a grader), "not graded"
-    message: str = ""
 
 
 def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> str:

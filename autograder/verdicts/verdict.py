@@ -68,7 +68,7 @@ MAX_MESSAGE = 10_000  # characters of a verdict's message that cross back from t
 # a script run directly must keep its work under ``if __name__ == "__main__":``, as for any forkserver or
 # spawn child. The last four are what sympy's simplify imports on its first call (~70 ms in every child).
 _PRELOADED = [
-    *("__main__", "autograder.verdict", "sympy"),
+    *("__main__", "autograder.verdicts.verdict", "sympy"),
     *("sympy.combinatorics", "sympy.physics.units", "sympy.sets.setexpr", "sympy.tensor.tensor"),
 ]
 

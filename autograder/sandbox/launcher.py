@@ -1,12 +1,12 @@
 """The sandbox of a student's kernel: what it may see, who it runs as, and the limits that hold it.
 
-The kernelspec written by :func:`autograder.course.write_kernelspec` starts ``python -m autograder.sandbox
+The kernelspec written by :func:`autograder.course.write_kernelspec` starts ``python -m autograder.sandbox.launcher
 CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environment variable
 ``AUTOGRADER_SANDBOX`` (JSON, set by the grader's worker for each submission), and then, in this order:
 
 1. points its standard input at ``/dev/null`` and its standard output and error at the kernel's own log file,
    so that nothing the kernel prints reaches the worker's files;
-2. moves itself into the kernel's control group (:mod:`autograder.cgroups`: memory with shared memory
+2. moves itself into the kernel's control group (:mod:`autograder.sandbox.cgroups`: memory with shared memory
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
 3. sets the resource limits (``setrlimit``: address space, CPU seconds, processes, file size, no core files);
@@ -42,9 +42,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+import autograder
+
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
-REPOSITORY = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir))
+REPOSITORY = os.path.realpath(autograder.REPOSITORY)
 COURSE_PACKAGES = ("posenc_ref", "autograder")
 HIDDEN_IN_PACKAGES = (os.path.join("autograder", "source"),)
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -64,7 +66,7 @@ class Limits:
     cpu_seconds: int = 600
     processes: int = 64  # processes and threads of the kernel's own user (or beyond the grader's, unsandboxed)
     file_size_mb: int = 64
-    output_kb: int = 1024  # output a cell may send to the grader (autograder.execute); the rest is cut
+    output_kb: int = 1024  # output a cell may send to the grader (autograder.sandbox.execute); the rest is cut
     notebook_output_kb: int = 4096  # output the whole notebook may send; the rest is cut
     tmp_mb: int = 256  # size of the kernel's /tmp (its working folder), and of its /dev/shm
 
@@ -130,6 +132,12 @@ def readable_folders() -> list[str]:
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
+    # The new /tmp and /dev/shm first: what the kernel reads may lie under /tmp (a checkout and its
+    # virtual environment there), and is bound on top of them.
+    tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path in ("/tmp", "/dev/shm"):
+        argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
     for folder in SYSTEM_FOLDERS:
         if os.path.islink(folder):
             argv += ["--symlink", os.readlink(folder), folder]
@@ -148,10 +156,6 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
             argv += ["--tmpfs", path, "--remount-ro", path]
         elif os.path.exists(path):
             argv += ["--ro-bind", os.devnull, path]
-    tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    for path in ("/tmp", "/dev/shm"):
-        argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
     # The root that bwrap builds to hold these mounts is made read-only last: /tmp, /dev/shm and the runtime
     # folder are the only places to write.
     argv += ["--bind", settings.runtime, settings.runtime, "--remount-ro", "/", "--chdir", SANDBOX_HOME, "--"]
@@ -252,7 +256,7 @@ def _redirect_output(log: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m autograder.sandbox CONNECTION_FILE``: start a student's kernel in its sandbox."""
+    """``python -m autograder.sandbox.launcher CONNECTION_FILE``: start a student's kernel in its sandbox."""
     connection_file = argv[0]
     text = os.environ.pop(ENVIRONMENT_VARIABLE, None)
     if text is None:  # not started by the grader (e.g. `python -m autograder check`): a plain kernel

@@ -31,7 +31,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from autograder.verdict import REPORT_MIME
+from autograder.verdicts.verdict import REPORT_MIME
 
 OUTPUT_MESSAGES = frozenset({"stream", "display_data", "execute_result", "update_display_data", "error"})
 COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})

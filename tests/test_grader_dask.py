@@ -1,0 +1,174 @@
+"""``grade --scheduler``: a class graded on a real dask.distributed cluster on loopback (tests/planted/cluster.py),
+compared with the same class graded by local processes; a worker killed mid-batch, a worker out of date, a
+task that ends its worker, and a scheduler that goes away, then a run that resumes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from planted import (
+    OTHER_MISTAKES,
+    ROOT,
+    filled,
+    released,
+    sandbox_missing,
+    solutions,
+    with_mistakes,
+    write_submission,
+)
+from planted.cluster import DIE_FOR, Cluster, grade_or_die
+
+from autograder import grade as grade_module
+from autograder.executors import dask as dask_executor
+from autograder.executors.dask import SchedulerLost
+from autograder.grade import grade
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sandbox_missing() is not None, reason=f"bubblewrap cannot run here: {sandbox_missing()}"),
+]
+
+ASSIGNMENT = "04_relative"  # its kernel never imports torch: the quickest notebook to grade
+STUDENTS = ("ada", "bob", "cy", "dan")
+
+
+def _class(root: Path, students=STUDENTS) -> Path:
+    answers = solutions(ASSIGNMENT)
+    notebooks = {
+        "ada": filled(ASSIGNMENT, answers),
+        "bob": with_mistakes(ASSIGNMENT, OTHER_MISTAKES[ASSIGNMENT]),
+        "cy": released(ASSIGNMENT),
+        "dan": filled(ASSIGNMENT, answers),
+        DIE_FOR: filled(ASSIGNMENT, answers),
+    }
+    for student in students:
+        write_submission(root, student, ASSIGNMENT, notebooks[student])
+    return root
+
+
+def _summary(results) -> dict:
+    return {
+        (r.student, r.assignment): (r.score, r.reason, [(i.grade_id, i.score, i.status, i.message) for i in r.items])
+        for r in results
+    }
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    root = tmp_path_factory.mktemp("local")
+    results = grade(_class(root / "class"), root / "out", jobs=2)
+    return _summary(results)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    started = Cluster(tmp_path)
+    yield started
+    started.stop()
+
+
+def test_a_class_graded_on_the_cluster_equals_the_local_grades(local, cluster, tmp_path):
+    out = tmp_path / "out"
+    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address)
+    assert _summary(results) == local
+    assert local["ada", ASSIGNMENT][0] == 9.0  # the written answers wait for an instructor
+    for student in STUDENTS:
+        assert (out / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").stat().st_size > 10_000
+        assert (out / "logs" / student / f"{ASSIGNMENT}.log").exists()
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(local, cluster, tmp_path):
+    killed = []
+
+    def kill_a_worker(result):
+        if not killed:
+            victim = cluster.workers[0]
+            victim.send_signal(signal.SIGKILL)
+            killed.append(victim.pid)
+
+    results = grade(_class(tmp_path / "class"), tmp_path / "out", scheduler=cluster.address, report=kill_a_worker)
+    assert killed
+    assert _summary(results) == local
+    assert len(results) == len(STUDENTS)  # each submission recorded once
+
+
+def test_a_worker_out_of_date_gets_no_task_and_is_named(local, cluster, tmp_path):
+    stale = tmp_path / "stale-checkout"
+    for package in ("autograder", "posenc_ref"):
+        shutil.copytree(ROOT / package, stale / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (stale / "posenc_ref" / "__init__.py").write_text((ROOT / "posenc_ref" / "__init__.py").read_text() + "\n# old\n")
+    cluster.add_worker(code=stale)
+    out = tmp_path / "out"
+    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address)
+    assert _summary(results) == local
+    report = (out / "report.txt").read_text()
+    assert "got no task: its course version is" in report
+    assert sum("got no task" in line for line in report.splitlines()) == 1
+
+
+def test_a_task_that_ends_its_worker_gets_zero_and_the_batch_completes(tmp_path, monkeypatch):
+    # No second chance: the first worker the task ends is one too many. (Other tasks that a dying worker
+    # held are run again elsewhere: test_a_worker_killed_mid_batch_loses_nothing.)
+    cluster = Cluster(tmp_path, scheduler_environment={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
+    try:
+        monkeypatch.setattr(grade_module, "run_dask", _with_remote(grade_or_die))
+        results = grade(_class(tmp_path / "class", (DIE_FOR,)), tmp_path / "out", scheduler=cluster.address)
+        alive = sum(worker.poll() is None for worker in cluster.workers)
+    finally:
+        cluster.stop()
+    [result] = results
+    assert result.score == 0 and result.reason == "grading it ended 1 worker(s), more than the scheduler allows (0)"
+    assert alive == 1  # it ended one worker, and no other
+    page = (tmp_path / "out" / "feedback" / DIE_FOR / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "grading it ended 1 worker(s)" in page
+
+
+def _with_remote(remote):
+    def run(*args, **kwargs):
+        return dask_executor.run_dask(*args, **kwargs, remote=remote)
+
+    return run
+
+
+def test_a_lost_scheduler_ends_the_command_and_the_next_run_resumes(local, tmp_path, monkeypatch):
+    submissions, out = _class(tmp_path / "class"), tmp_path / "out"
+    (tmp_path / "first").mkdir()
+    first = Cluster(tmp_path / "first", workers=1)
+
+    def stop_the_scheduler(result):
+        if first.scheduler.poll() is None:
+            first.scheduler.send_signal(signal.SIGKILL)
+
+    try:
+        with pytest.raises(SchedulerLost, match=r"went away .* of 4 submissions were recorded"):
+            grade(submissions, out, scheduler=first.address, report=stop_the_scheduler)
+    finally:
+        first.stop()
+    recorded = {path.parent.name for path in (out / ".autograder-records").glob("*/*") if (path / "result.json").exists()}
+    assert recorded and not (out / "grades.csv").exists()  # nothing published from an unfinished batch
+    submitted = []
+
+    def spy(tasks, *args, **kwargs):
+        submitted.extend(task.student for task in tasks)
+        return dask_executor.run_dask(tasks, *args, **kwargs)
+
+    monkeypatch.setattr(grade_module, "run_dask", spy)
+    (tmp_path / "second").mkdir()
+    second = Cluster(tmp_path / "second", workers=1)
+    try:
+        results = grade(submissions, out, scheduler=second.address)
+    finally:
+        second.stop()
+    assert _summary(results) == local
+    assert sorted(submitted) == sorted(set(STUDENTS) - recorded)  # what was recorded is not graded again
+    assert os.path.exists(out / "grades.csv")
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(dask_executor, "CONNECT_SECONDS", 3)
+    with pytest.raises(ValueError, match=r"scheduler 'tcp://127.0.0.1:9' cannot be reached"):
+        grade(_class(tmp_path / "class", ("ada",)), tmp_path / "out", scheduler="tcp://127.0.0.1:9")
