@@ -55,6 +55,7 @@ from autograder import ASSIGNMENTS, REPOSITORY
 from autograder.course import TemporaryCourse, course_version, load_config
 from autograder.executors.dask import SchedulerLost, run_dask
 from autograder.executors.local import run_local
+from autograder.feedback.escape import report_text
 from autograder.feedback.reports import write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record
 from autograder.intake.sanitize import prepare
@@ -373,9 +374,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     tasks.append(prepared)
             if tasks and options.scheduler:
                 try:
-                    run_dask(
-                        tasks, options.scheduler, course.directory, deliver, warnings_found.append, version=version
-                    )
+                    run_dask(tasks, options.scheduler, course.directory, deliver, _warn_now(warnings_found), version=version)
                 except SchedulerLost as error:
                     recorded = sorted(f"{result.student}/{result.assignment}" for result in deliver.results)
                     raise SchedulerLost(
@@ -407,6 +406,16 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                 )
     results.sort(key=lambda result: (result.assignment, result.student))
     return results, warnings_found
+
+
+def _warn_now(warnings_found: list[str]) -> Callable[[str], None]:
+    """A warning for ``report.txt`` that is also printed on standard error at once (a worker left out)."""
+
+    def warn(line: str) -> None:
+        warnings_found.append(line)
+        print(report_text(line), file=sys.stderr, flush=True)
+
+    return warn
 
 
 def _record_key(submitted: Path | None, version: str, graded_with: dict) -> str:
