@@ -16,8 +16,12 @@ MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extension
 # a change of this hash clears the cache (and Sphinx's environment, so that every chapter is read again).
 CODE_HASH_FILE := _build/.posenc_ref.hash
 CHROMIUM := /usr/bin/chromium
+# axe-core, the accessibility checker that the browser test (tests/test_book_a11y.py) runs on every page;
+# fetched from the npm registry like MathJax, kept out of the site (_build/vendor is served, this is not).
+AXE_VERSION := 4.14.1
+AXE := _build/test_vendor/axe-core-$(AXE_VERSION)/axe.min.js
 
-.PHONY: book test install lint clean mathjax chromium bubblewrap postgresql
+.PHONY: book test install lint clean mathjax axe chromium bubblewrap postgresql
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +40,14 @@ $(MATHJAX):
 	rm $(VENDOR)/mathjax-$(MATHJAX_VERSION).tgz
 
 mathjax: $(MATHJAX)
+
+$(AXE):
+	rm -rf $(dir $(AXE)) && mkdir -p $(dir $(AXE))
+	cd $(dir $(AXE)) && npm pack --silent axe-core@$(AXE_VERSION) > /dev/null
+	tar -xzf $(dir $(AXE))axe-core-$(AXE_VERSION).tgz -C $(dir $(AXE)) --strip-components=1 package/axe.min.js
+	rm $(dir $(AXE))axe-core-$(AXE_VERSION).tgz
+
+axe: $(AXE)
 
 $(CHROMIUM):
 	apt-get update
@@ -73,8 +85,8 @@ book: $(INSTALLED) $(MATHJAX)
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
-# The browser test (tests/test_book.py) opens every page of the built book in Chromium.
-test: lint book $(CHROMIUM) $(BWRAP) postgresql
+# The browser tests (tests/test_book*.py) open every page of the built book in Chromium.
+test: lint book $(AXE) $(CHROMIUM) $(BWRAP) postgresql
 	$(BIN)/python -m pytest
 
 clean:

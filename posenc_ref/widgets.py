@@ -566,12 +566,17 @@ class Explorer(ipywidgets.VBox):
         self.picture.value = figure_png(self.render(**self.values()))
 
 
+# ipywidgets gives a description a fixed width and cuts a longer one ("num_buck..."); "initial" fits the text.
+_FULL_DESCRIPTION = {"description_width": "initial"}
+
+
 def _slider_style() -> dict[str, Any]:
-    return {"style": {"description_width": "initial"}, "continuous_update": False}
+    return {"style": _FULL_DESCRIPTION, "continuous_update": False}
 
 
 def _d_dropdown(value: int = 64) -> ipywidgets.Dropdown:
-    return ipywidgets.Dropdown(options=[8, 16, 32, 64, 128, 256, 512], value=value, description="d")
+    return ipywidgets.Dropdown(options=[8, 16, 32, 64, 128, 256, 512], value=value, description="d",
+                               style=_FULL_DESCRIPTION)
 
 
 def _base_slider() -> ipywidgets.FloatLogSlider:
@@ -638,7 +643,8 @@ def t5_buckets_explorer() -> Explorer:
     """T5's buckets against the distance, for several ``max_distance`` and ``num_buckets``."""
     max_distance = ipywidgets.SelectionSlider(options=[32, 48, 64, 96, 128, 192, 256, 384, 512], value=128,
                                               description="max_distance", **_slider_style())
-    num_buckets = ipywidgets.Dropdown(options=[8, 16, 32], value=32, description="num_buckets")
+    num_buckets = ipywidgets.Dropdown(options=[8, 16, 32], value=32, description="num_buckets",
+                                     style=_FULL_DESCRIPTION)
     bidirectional = ipywidgets.Checkbox(value=True, description="bidirectional (encoder)")
     return Explorer(render_t5_buckets,
                     {"max_distance": max_distance, "num_buckets": num_buckets, "bidirectional": bidirectional},

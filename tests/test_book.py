@@ -144,7 +144,8 @@ class _Citations(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
-        if values.get("role") == "doc-biblioentry" and values.get("id"):
+        # docutils writes an entry as <div class="citation" id=...>, a list item of the page's reference list.
+        if "citation" in (values.get("class") or "").split() and values.get("id"):
             self.entry_ids.add(values["id"])
         if tag == "a" and values.get("href"):
             self.link_targets.append(values["href"])
@@ -156,6 +157,8 @@ def test_citations_link_to_the_reference_list_of_their_own_page() -> None:
     pages = {page: _Citations() for page in _site_pages()}
     for page, citations in pages.items():
         citations.feed((SITE / page).read_text(encoding="utf-8"))
+    with_references = [page for page, citations in pages.items() if citations.entry_ids]
+    assert with_references, "no page has a reference list (<div class=\"citation\" id=...> entries)"
     problems = []
     for page, citations in pages.items():
         for target in citations.link_targets:

@@ -10,6 +10,7 @@ only where /usr/bin/chromium is missing outside CI; in CI it fails instead.
 """
 
 import io
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -65,8 +66,24 @@ INSPECT_EXPLORER = """(explorer) => {
         value: Number(slider.value),
         max: Number(slider.max),
         readout: explorer.querySelector('output').textContent,
+        // The control's name, the label's text before the slider: its whole width, and the slider after it.
+        name: explorer.querySelector('label').firstChild.textContent.trim(),
+        nameFits: (() => {
+            const range = document.createRange();
+            range.selectNodeContents(explorer.querySelector('label').firstChild);
+            const name = range.getBoundingClientRect();
+            return name.width > 0 && name.right <= slider.getBoundingClientRect().left;
+        })(),
     };
 }"""
+
+
+def _control_in_chapter(page: str, name: str) -> str:
+    """The argument that the chapter's ``frame_slider(widgets.render_<name>, "<argument>", ...)`` moves."""
+    chapter = (book.ROOT / page).with_suffix(".md").read_text(encoding="utf-8")
+    match = re.search(rf'frame_slider\(\s*widgets\.render_{name}, "(\w+)"', chapter)
+    assert match, f"no frame_slider of render_{name} in {page}"
+    return match.group(1)
 
 
 def _pixels(png: bytes) -> Any:
@@ -103,6 +120,7 @@ def test_moving_the_slider_changes_the_picture(browser: tuple[Any, Any], site_ur
         state = explorer.evaluate(INSPECT_EXPLORER)
         assert state["loaded"], f"{name}: a frame did not load"
         assert state["shown"] == [state["value"]] and state["readout"] == state["labels"][state["value"]], state
+        assert state["nameFits"] and state["name"] == _control_in_chapter(page, name), state
         initial = picture.screenshot(path=f"{prefix}-1-initial.png")
 
         # The keyboard, as a reader moves a focused slider: End goes to the last frame (Home if already there).
@@ -127,3 +145,24 @@ def test_moving_the_slider_changes_the_picture(browser: tuple[Any, Any], site_ur
         tab.close()
     assert not offsite.requests, f"requests left the machine (aborted): {offsite.requests}"
     assert not console_errors, f"console errors: {console_errors}"
+
+
+# ------------------------------------------------------------------------------ the live explorers' labels
+
+
+def test_every_live_explorer_control_shows_its_whole_description() -> None:
+    """In JupyterLab, ipywidgets gives a description a fixed width and cuts a longer one ("num_buck...");
+    a description width of "initial" fits the text. Checkboxes write theirs beside the box, uncut."""
+    import ipywidgets
+
+    from posenc_ref import widgets
+
+    cut = []
+    for explorer_name, make in widgets.EXPLORERS.items():
+        for argument, control in make().controls.items():
+            if isinstance(control, ipywidgets.Checkbox) or not control.description:
+                continue
+            if control.style.description_width != "initial":
+                cut.append(f"{explorer_name}: {argument} ({control.description!r}, "
+                           f"description_width={control.style.description_width!r})")
+    assert not cut, "descriptions that JupyterLab cuts:\n" + "\n".join(cut)
