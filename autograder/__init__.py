@@ -8,7 +8,10 @@ exercise is written. The modules of this package add what an instructor needs ar
   the environment of the kernels that run notebooks;
 - :mod:`autograder.release`: the student notebooks in ``notebooks/``, generated from ``source/``;
 - :mod:`autograder.check`: a student's self-check with the visible tests;
-- :mod:`autograder.answers`: turning answers into plain values and comparing them, for the hidden tests.
+- :mod:`autograder.answers`: turning answers into plain values and comparing them, for the hidden tests;
+- :mod:`autograder.course_directory` and :mod:`autograder.formgrader`: the folder ``grade`` writes is an nbgrader
+  course directory, served by nbgrader's formgrader for the hand grades (``python -m autograder formgrader``),
+  which :mod:`autograder.feedback.handgraded` writes into the reports and pages (``python -m autograder feedback``).
 
 ``python -m autograder grade`` (:mod:`autograder.grade`) runs a pipeline whose stages are the folders of this
 package, in order, with the data that passes between them in :mod:`autograder.types`:

@@ -1,4 +1,5 @@
-"""``python -m autograder release | grade PATH --out DIR | check NOTEBOOK``."""
+"""``python -m autograder release | grade PATH --out DIR | formgrader --out DIR | feedback --out DIR |
+course --out DIR | check NOTEBOOK``."""
 
 from __future__ import annotations
 
@@ -91,6 +92,24 @@ def _parser() -> argparse.ArgumentParser:
         help="run kernels without bubblewrap (limits only); report.txt says so",
     )
 
+    formgrader = commands.add_parser(
+        "formgrader", help="JupyterLab with nbgrader's formgrader on the folder grade wrote, to grade by hand"
+    )
+    formgrader.add_argument("--out", type=Path, required=True, help="the --out folder of grade")
+    formgrader.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    formgrader.add_argument("--port", type=_positive_int, default=None, help="port (default: a free one)")
+    formgrader.add_argument("--no-browser", action="store_true", help="do not open a browser")
+
+    feedback = commands.add_parser(
+        "feedback", help="hand grades from the gradebook into grades.csv, items.csv and the feedback pages"
+    )
+    feedback.add_argument("--out", type=Path, required=True, help="the --out folder of grade")
+
+    course = commands.add_parser(
+        "course", help="an nbgrader course directory for the exchange: configuration, source/ and release/"
+    )
+    course.add_argument("--out", type=Path, required=True, help="the course directory (created if needed)")
+
     check = commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel")
     check.add_argument("notebook", type=Path)
     check.add_argument("--timeout", type=_positive_int, default=120, help="seconds a cell may run")
@@ -164,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"no <student>/<assignment>/ folder found in {arguments.path}; see report.txt",
                 file=sys.stderr,
             )
-        written = "grades.csv, items.csv, report.txt, feedback/ and logs/"
+        written = "grades.csv, items.csv, report.txt, feedback/, logs/ and autograded/ (the formgrader's)"
         if arguments.db:
             from sqlalchemy.engine import make_url
 
@@ -173,9 +192,41 @@ def main(argv: list[str] | None = None) -> int:
             gradebook = str(arguments.out / "gradebook.db")
         print(f"wrote {written} in {arguments.out}; the gradebook is {gradebook}")
         return 0
+    if arguments.command in ("formgrader", "feedback", "course"):
+        return _instructor_command(arguments)
     from autograder.check import check
 
     return check(arguments.notebook, timeout=arguments.timeout)
+
+
+def _instructor_command(arguments: argparse.Namespace) -> int:
+    """``formgrader``, ``feedback`` and ``course``: the folder an instructor grades in by hand."""
+    try:
+        if arguments.command == "formgrader":
+            from autograder.formgrader import serve
+
+            return serve(
+                arguments.out, ip=arguments.ip, port=arguments.port, open_browser=not arguments.no_browser
+            )
+        if arguments.command == "feedback":
+            from autograder.feedback.handgraded import has_hand_grade, refresh
+
+            results = refresh(arguments.out)
+            hand_graded = sum(has_hand_grade(result) for result in results)
+            print(
+                f"wrote grades.csv and items.csv in {arguments.out}, and the feedback pages of the "
+                f"{hand_graded} submission(s) with a hand grade"
+            )
+            return 0
+        from autograder.course_directory import start_course
+
+        for path in start_course(arguments.out):
+            print(f"wrote {path}")
+        print(f"{arguments.out} is an nbgrader course directory; see README, 'For instructors'")
+        return 0
+    except ValueError as error:
+        print(f"{arguments.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -71,13 +71,20 @@ def reset_tests(notebook: nbformat.NotebookNode, released: nbformat.NotebookNode
 def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: int) -> list[CheckedItem]:
     """Execute the notebook in a fresh kernel; return the outcome of each graded cell."""
     from nbclient import NotebookClient
+    from traitlets.config import Config
 
     with tempfile.TemporaryDirectory(prefix="autograder-check-") as jupyter_name:
         jupyter_directory = Path(jupyter_name)
         write_kernelspec(jupyter_directory)
         with kernel_environment_set(jupyter_directory):
+            # Unix sockets in a private folder rather than TCP ports on loopback: no other user of the machine
+            # can connect to the kernel, and the kernel has no reason to warn about unencrypted TCP.
+            sockets = jupyter_directory / "sockets"
+            sockets.mkdir(mode=0o700)
+            transport = Config({"KernelManager": {"transport": "ipc", "ip": str(sockets / "kernel")}})
             client = NotebookClient(
                 notebook,
+                config=transport,
                 timeout=timeout,
                 kernel_name=KERNEL_NAME,
                 allow_errors=True,

@@ -32,10 +32,15 @@ Outputs, in DIR (these names only are replaced):
   and message (the test's failure message, or the reason);
 - ``feedback/<student>/<assignment>/<assignment>.html``;
 - ``logs/<student>/<assignment>.log`` (nbgrader's log) and ``report.txt`` (warnings and notes);
+- ``autograded/<student>/<assignment>/<assignment>.ipynb`` (each notebook as graded, its outputs cleaned),
+  ``source/`` and ``nbgrader_config.py``: with the gradebook, DIR is an nbgrader course directory that the
+  formgrader serves (:mod:`autograder.course_directory`, ``python -m autograder formgrader``);
 - ``gradebook.db`` unless ``db_url`` names another database: updated, never replaced.
 
 Manually graded answers count 0 in ``score`` until an instructor grades them (status ``manual``) but their
-points are part of ``max_score``, as in nbgrader.
+points are part of ``max_score``, as in nbgrader. Once graded by hand (in the formgrader), an item counts its
+manual score (status ``hand-graded``, the instructor's comment as its message), here and in every later
+grade, and its submission's feedback page is made again with it (:mod:`autograder.feedback.handgraded`).
 """
 
 from __future__ import annotations
@@ -53,11 +58,13 @@ import nbformat
 
 from autograder import ASSIGNMENTS, REPOSITORY
 from autograder.course import TemporaryCourse, course_version, load_config
+from autograder.course_directory import CONFIG_NAME, copy_exchange_files, write_course_files
 from autograder.executors.dask import SchedulerLost, run_dask
 from autograder.executors.local import run_local
 from autograder.feedback.escape import report_text
+from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import write_csvs, write_report
-from autograder.gradebook import copy_assignments, open_gradebook, record
+from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
 from autograder.intake.sanitize import prepare
 from autograder.intake.submissions import collect, extract_notebooks
 from autograder.pipeline import write_ungraded
@@ -68,7 +75,9 @@ from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
 from autograder.verdicts.template import harden_gradebook, quiet_explorers
 from autograder.verdicts.verdict import new_marker
 
-OUTPUT_NAMES = ("grades.csv", "items.csv", "report.txt", "feedback", "logs")
+OUTPUT_NAMES = (
+    "grades.csv", "items.csv", "report.txt", "feedback", "logs", "autograded", "source", CONFIG_NAME,
+)
 MEGABYTE = 1024 * 1024
 
 
@@ -154,7 +163,7 @@ class Delivery:
         self.gradebook = gradebook
         self.report = report
         self.records = records
-        self.keys: dict[tuple[str, str], tuple[str, Path, Path]] = {}  # (student, assignment) -> key, page, log
+        self.keys: dict[tuple[str, str], tuple[str, dict[str, Path]]] = {}  # (student, assignment) -> key, files
         self.results: list[Result] = []
         self.warnings: list[str] = []
         self.bar = tqdm(total=total, unit="notebook", desc="grading", disable=not progress, file=sys.stderr)
@@ -271,16 +280,36 @@ def grade(
         scheduler, regrade,
     )
     out.mkdir(parents=True, exist_ok=True)
-    class_gradebook = _open_class_gradebook(db_url or f"sqlite:///{out / 'gradebook.db'}")
+    class_db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
+    class_gradebook = _open_class_gradebook(class_db_url)
     staging = out / f".autograder-new-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
         results, warnings_found = _grade_into(path, staging, out, class_gradebook, options)
+        write_course_files(staging, out, class_db_url)
+        results = _with_hand_grades(results, class_db_url, staging, warnings_found)
         write_csvs(results, staging)
         write_report(results, warnings_found, staging)
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def _with_hand_grades(results: list[Result], db_url: str, staging: Path, warnings_found: list[str]) -> list[Result]:
+    """The results with the instructors' hand grades of the class's gradebook (kept by every grade), and the
+    feedback page of each submission that has one made again with them (:mod:`autograder.feedback.handgraded`)."""
+    with _open_class_gradebook(db_url) as gradebook:
+        results = [with_hand_grades(gradebook, result) for result in results]
+    for result in results:
+        if has_hand_grade(result) and result.reason is None:
+            try:
+                write_page(staging, result, db_url)
+            except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
+                warnings_found.append(
+                    f"{result.student}/{result.assignment}: the feedback page could not show the hand grades "
+                    f"({type(error).__name__}: {str(error)[:200]})"
+                )
     return results
 
 
@@ -351,6 +380,11 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     / submission.assignment
                     / f"{submission.assignment}.html",
                     log=staging / "logs" / submission.student / f"{submission.assignment}.log",
+                    autograded=staging
+                    / "autograded"
+                    / submission.student
+                    / submission.assignment
+                    / f"{submission.assignment}.ipynb",
                     timeout=options.timeout,
                     splits=splits[submission.assignment],
                     marker=marker,
@@ -359,11 +393,12 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     use_bwrap=problem is None,
                     use_cgroup=cgroup_problem is None,
                 )
+                notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent))
+                task = dataclasses.replace(task, notes=(*task.notes, *notes))
                 key = _record_key(submission.path, version, graded_with)
-                deliver.keys[submission.student, submission.assignment] = (key, task.feedback, task.log)
-                kept = None if options.regrade else records.load(
-                    submission.student, submission.assignment, key, task.feedback, task.log
-                )
+                kept_files = {"feedback.html": task.feedback, "log.txt": task.log, "autograded.ipynb": task.autograded}
+                deliver.keys[submission.student, submission.assignment] = (key, kept_files)
+                kept = None if options.regrade else records.load(submission.student, submission.assignment, key, kept_files)
                 if kept is not None:
                     deliver(kept)
                     continue

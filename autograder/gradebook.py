@@ -10,6 +10,8 @@ read it as they would read a gradebook that ``nbgrader autograde`` wrote.
 
 Grading again updates the automatic scores of the submissions graded; the manual scores given by an
 instructor, and the submissions of other students and assignments, are left as they were.
+:func:`with_hand_grades` reads those manual scores (and comments) back into a result, for the reports and the
+feedback pages.
 
 New databases: nbgrader stamps a new gradebook with its schema version (alembic's head) by running the
 ``alembic`` program, a few seconds per database; :func:`open_gradebook` writes the same stamp in-process.
@@ -28,6 +30,7 @@ if TYPE_CHECKING:  # nbgrader is imported lazily: it takes a second
     from autograder.types import Result
 
 MANUAL_STATUS = "manual"  # the status of an item that waits for an instructor (autograder.grade)
+HAND_GRADED_STATUS = "hand-graded"  # an item an instructor scored (in the formgrader, or through nbgrader's API)
 
 
 @functools.cache
@@ -121,3 +124,33 @@ def record(gradebook: Gradebook, result: Result) -> None:
         else:
             grade.auto_score, grade.needs_manual_grade = float(item.score), False
     gradebook.db.commit()
+
+
+def with_hand_grades(gradebook: Gradebook, result: Result) -> Result:
+    """``result`` with every score an instructor gave by hand in the gradebook in place of the grader's.
+
+    An item with a manual score (nbgrader's ``Grade.manual_score``, set in the formgrader) gets
+    score = manual score + extra credit, status :data:`HAND_GRADED_STATUS` and, as its message, the
+    instructor's comment on the cell; every other item stays as it is.
+    """
+    import dataclasses
+
+    from nbgrader.api import MissingEntry
+
+    from autograder.types import Item
+
+    try:
+        submitted = gradebook.find_submission_notebook(result.assignment, result.assignment, result.student)
+    except MissingEntry:
+        return result
+    grades = {grade.name: grade for grade in submitted.grades}
+    comments = {comment.name: comment.manual_comment or "" for comment in submitted.comments}
+    items = []
+    for item in result.items:
+        grade = grades.get(item.grade_id)
+        if grade is None or grade.manual_score is None:
+            items.append(item)
+            continue
+        score = float(grade.manual_score) + float(grade.extra_credit or 0.0)
+        items.append(Item(item.grade_id, score, item.max_score, HAND_GRADED_STATUS, comments.get(item.grade_id, "")))
+    return dataclasses.replace(result, items=items)

@@ -255,7 +255,11 @@ def grade_task(task: Task) -> Result:
         decided = _decide_outside_kernel(course_root, task)
         items = _items_from_gradebook(course_root, task, decided)
         # Student HTML, scripts and active outputs never reach the page the instructor opens.
-        sanitize_notebook_file(course_root / "autograded" / task.student / task.assignment / task.notebook.name)
+        autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+        sanitize_notebook_file(autograded)
+        if task.autograded is not None:  # the notebook the formgrader shows the instructor: the cleaned one
+            task.autograded.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(autograded, task.autograded)
         log.append(
             _nbgrader_step(GenerateFeedback, course_root, task, HTMLExporter={"template_name": "feedback"})
         )

@@ -37,21 +37,23 @@ class Records:
     def _folder(self, student: str, assignment: str) -> Path:
         return self.root / student / assignment
 
-    def save(self, result: Result, key: str, feedback: Path, log: Path) -> None:
-        """Keep ``result`` (and copies of its feedback page and log) under ``key``; the record is complete only
-        once its ``result.json`` is written, last."""
+    def save(self, result: Result, key: str, files: dict[str, Path]) -> None:
+        """Keep ``result`` (and copies of its ``files``: feedback page, log, autograded notebook, by name) under
+        ``key``; the record is complete only once its ``result.json`` is written, last."""
         folder = self._folder(result.student, result.assignment)
         folder.mkdir(parents=True, exist_ok=True)
-        for source, name in ((feedback, "feedback.html"), (log, "log.txt")):
+        for name, source in files.items():
             if source.exists():
                 shutil.copyfile(source, folder / name)
+            else:
+                (folder / name).unlink(missing_ok=True)
         partial = folder / "result.json.partial"
         partial.write_text(json.dumps({"key": key, "result": dataclasses.asdict(result)}))
         partial.replace(folder / "result.json")
 
-    def load(self, student: str, assignment: str, key: str, feedback: Path, log: Path) -> Result | None:
-        """The result kept for this submission under ``key`` (its page and log copied to ``feedback`` and
-        ``log``), or None when there is none or it was made from another file, course or options."""
+    def load(self, student: str, assignment: str, key: str, files: dict[str, Path]) -> Result | None:
+        """The result kept for this submission under ``key`` (its kept files copied to ``files``' paths), or
+        None when there is none or it was made from another file, course or options."""
         folder = self._folder(student, assignment)
         try:
             data = json.loads((folder / "result.json").read_text())
@@ -59,16 +61,32 @@ class Records:
             return None
         if data.get("key") != key:
             return None
-        fields = data["result"]
-        result = Result(
-            fields["student"],
-            fields["assignment"],
-            [Item(**item) for item in fields["items"]],
-            list(fields["notes"]),
-            fields["reason"],
-        )
-        for name, target in (("feedback.html", feedback), ("log.txt", log)):
+        for name, target in files.items():
             if (folder / name).exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(folder / name, target)
-        return result
+        return result_from_json(data["result"])
+
+    def kept(self) -> list[Result]:
+        """Every result kept here, whatever its key (the last grade of each submission into this folder)."""
+        results = []
+        for path in sorted(self.root.glob("*/*/result.json")):
+            try:
+                results.append(result_from_json(json.loads(path.read_text())["result"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return results
+
+    def file(self, result: Result, name: str) -> Path:
+        """Where the kept copy of ``name`` (``feedback.html``, ``log.txt``, ``autograded.ipynb``) of a result lies."""
+        return self._folder(result.student, result.assignment) / name
+
+
+def result_from_json(fields: dict) -> Result:
+    return Result(
+        fields["student"],
+        fields["assignment"],
+        [Item(**item) for item in fields["items"]],
+        list(fields["notes"]),
+        fields["reason"],
+    )

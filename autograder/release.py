@@ -64,6 +64,7 @@ def colab_install_cell(url: str, branch: str) -> nbformat.NotebookNode:
     requirement = f"posenc-ref @ git+{url}@{branch}"
     cell = nbformat.v4.new_code_cell(COLAB_CELL.format(requirement=json.dumps(requirement)))
     cell["id"] = COLAB_CELL_ID
+    cell.metadata.update({"editable": False, "deletable": False})  # read-only in JupyterLab, as locked cells are
     return cell
 
 

@@ -78,6 +78,7 @@ class Task:
     limits: Limits = field(default_factory=Limits)
     use_bwrap: bool = True
     use_cgroup: bool = False
+    autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
 
 
 def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:

@@ -22,6 +22,7 @@ from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebo
 from autograder.course import TemporaryCourse, kernel_environment, write_kernelspec
 from autograder.intake.sanitize import prepare, read_notebook
 from autograder.intake.submissions import collect, extract_notebooks
+from autograder.release import COLAB_CELL_ID
 from autograder.verdicts.template import harden_gradebook
 from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source
 
@@ -38,7 +39,7 @@ QUIZ_QUESTIONS = 12
 
 
 def nbgrader(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
+    return cell["metadata"].get("nbgrader", {})
 
 
 def hidden_part(source: str) -> str:
@@ -267,6 +268,9 @@ def test_released_notebooks_hold_no_solution_hidden_test_or_mark_scheme(releases
         assert secret not in text
     for cell in releases[assignment].cells:
         meta = nbgrader(cell)
+        if cell.get("id") == COLAB_CELL_ID:  # outside nbgrader (autograder/release.py), read-only in JupyterLab
+            assert not meta and cell.metadata["editable"] is False and cell.metadata["deletable"] is False
+            continue
         if meta.get("solution"):
             assert "raise NotImplementedError()" in cell.source or cell.source == "YOUR ANSWER HERE"
         if not meta.get("solution"):
@@ -276,7 +280,8 @@ def test_released_notebooks_hold_no_solution_hidden_test_or_mark_scheme(releases
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_released_notebooks_have_the_cells_and_points_of_their_source(sources, releases, assignment):
     def layout(notebook):
-        return [(nbgrader(c)["grade_id"], c.cell_type, nbgrader(c).get("points")) for c in notebook.cells]
+        return [(nbgrader(c)["grade_id"], c.cell_type, nbgrader(c).get("points")) for c in notebook.cells
+                if c.get("id") != COLAB_CELL_ID]  # the released notebooks' one cell outside nbgrader
 
     assert layout(releases[assignment]) == layout(sources[assignment])
 
@@ -354,17 +359,17 @@ def test_files_that_are_not_notebooks_cannot_be_graded_and_say_why(tmp_path, con
 def test_deleted_cells_are_restored_after_their_predecessor_and_noted(tmp_path):
     released = nbformat.read(released_notebook("04_relative"), as_version=4)
     submission = json.loads(json.dumps(released))
-    ids = [nbgrader(cell)["grade_id"] for cell in released.cells]
+    ids = [nbgrader(cell).get("grade_id") for cell in released.cells]
     submission["cells"] = [
         cell
         for cell in submission["cells"]
-        if cell["metadata"]["nbgrader"]["grade_id"] not in ("bias_test", "alibi_answer")
+        if nbgrader(cell).get("grade_id") not in ("bias_test", "alibi_answer")
     ]
     submission["metadata"]["kernelspec"] = {"name": "ir", "display_name": "R", "language": "R"}
     path = tmp_path / "04_relative.ipynb"
     path.write_text(json.dumps(submission))
     prepared = prepare(path, released)
-    assert [nbgrader(cell)["grade_id"] for cell in prepared.notebook.cells] == ids
+    assert [nbgrader(cell).get("grade_id") for cell in prepared.notebook.cells] == ids
     notes = " | ".join(prepared.notes)
     assert "the test cell 'bias_test' was missing" in notes
     assert "the answer cell 'alibi_answer' was missing" in notes and "no answer" in notes
@@ -374,7 +379,7 @@ def test_deleted_cells_are_restored_after_their_predecessor_and_noted(tmp_path):
 def test_edited_read_only_cells_and_duplicated_ids_are_noted(tmp_path):
     released = nbformat.read(released_notebook("04_relative"), as_version=4)
     submission = json.loads(json.dumps(released))
-    test_cell = next(c for c in submission["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "bias_test")
+    test_cell = next(c for c in submission["cells"] if nbgrader(c).get("grade_id") == "bias_test")
     test_cell["source"] = "pass  # I made the test pass"
     submission["cells"].append({**json.loads(json.dumps(test_cell)), "id": "copy-of-test"})
     path = tmp_path / "04_relative.ipynb"
@@ -388,7 +393,7 @@ def test_edited_read_only_cells_and_duplicated_ids_are_noted(tmp_path):
 def test_code_that_reaches_for_the_grader_is_flagged_for_an_instructor(tmp_path):
     released = nbformat.read(released_notebook("04_relative"), as_version=4)
     submission = json.loads(json.dumps(released))
-    answer = next(c for c in submission["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "bias_answer")
+    answer = next(c for c in submission["cells"] if nbgrader(c).get("grade_id") == "bias_answer")
     answer["source"] = (
         "import sys\nsys.modules['autograder.answers'] = None\nrelative_bias_weights = [0, 0, 0]"
     )

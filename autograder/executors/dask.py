@@ -52,6 +52,7 @@ class Shipped:
     result: Result
     feedback: bytes
     log: bytes
+    autograded: bytes = b""  # empty when the submission could not be graded
 
 
 def check_worker(expected_version: str, dask_worker=None) -> str | None:
@@ -127,12 +128,15 @@ def grade_on_worker(course_key: str, task: Task, notebook: bytes) -> Shipped:
             directory=work / "task",
             feedback=work / "feedback.html",
             log=work / "log.txt",
+            autograded=work / "autograded.ipynb",
             hidden=(str(work), str(template.parent)),
         )
         local.notebook.parent.mkdir(parents=True)
         local.notebook.write_bytes(notebook)
         result = grade_task(local)
-        return Shipped(result, _read_or_empty(local.feedback), _read_or_empty(local.log))
+        return Shipped(
+            result, _read_or_empty(local.feedback), _read_or_empty(local.log), _read_or_empty(local.autograded)
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -180,7 +184,10 @@ def _received(future, task: Task, allowed: int) -> Result:
         if _lost(error):
             raise
         return write_ungraded(task, f"the grader's worker failed ({type(error).__name__}: {str(error)[:300]})")
-    for data, path in ((shipped.feedback, task.feedback), (shipped.log, task.log)):
+    written = [(shipped.feedback, task.feedback), (shipped.log, task.log)]
+    if shipped.autograded and task.autograded is not None:
+        written.append((shipped.autograded, task.autograded))
+    for data, path in written:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return shipped.result

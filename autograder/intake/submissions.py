@@ -42,6 +42,7 @@ class Submission:
     assignment: str
     path: Path | None
     notes: tuple[str, ...] = ()
+    folder: Path | None = None  # <student>/<assignment>/, where nbgrader's collect leaves timestamp.txt
 
 
 @dataclass
@@ -157,6 +158,6 @@ def collect(root: Path, assignments: tuple[str, ...]) -> Collection:
             )
             continue
         path, notes = _choose_notebook(folder, assignment, root)
-        collection.submissions.append(Submission(student, assignment, path, notes))
+        collection.submissions.append(Submission(student, assignment, path, notes, folder))
     collection.submissions.sort(key=lambda submission: (submission.assignment, submission.student))
     return collection

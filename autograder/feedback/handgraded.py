@@ -1,0 +1,126 @@
+"""Hand grades into the reports and the feedback pages, without running any kernel again.
+
+After an instructor grades the written answers in the formgrader (``python -m autograder formgrader``), the
+class's gradebook holds their scores and comments. ``python -m autograder feedback --out DIR`` reads them and
+writes again, in DIR:
+
+- ``grades.csv`` and ``items.csv``: each hand-graded item with its manual score, status ``hand-graded`` and the
+  instructor's comment as its message (:func:`autograder.gradebook.with_hand_grades`);
+- ``feedback/<student>/<assignment>/<assignment>.html`` of every submission with a hand grade: nbgrader's
+  feedback page made again from the autograded notebook (already cleaned) and the class's gradebook, so it shows the manual scores and
+  comments, with the grader's notes and Content-Security-Policy as ``grade`` wrote them.
+
+The results come from the records ``grade`` keeps in ``DIR`` (:mod:`autograder.records`); ``grade`` does the
+same for every submission that has a hand grade when it runs again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from autograder.course import load_config, run_app
+from autograder.feedback.pages import add_notes
+from autograder.feedback.reports import write_csvs
+from autograder.types import NOT_SUBMITTED, Item, Result
+
+
+def feedback_page(autograded: Path, student: str, assignment: str, db_url: str, notes: list[str]) -> str:
+    """nbgrader's feedback page of one autograded notebook, with the scores and comments of the gradebook at
+    ``db_url``, and the grader's ``notes`` on top (:func:`autograder.feedback.pages.add_notes`)."""
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    with tempfile.TemporaryDirectory(prefix="autograder-feedback-") as root_name:
+        root = Path(root_name)
+        target = root / "autograded" / student / assignment / f"{assignment}.ipynb"
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(autograded, target)
+        config = load_config(root)
+        config.CourseDirectory.db_url = db_url
+        config.HTMLExporter.template_name = "feedback"
+        course_directory = CourseDirectory(config=config)
+        course_directory.assignment_id = assignment
+        course_directory.student_id = student
+        app = GenerateFeedback(coursedir=course_directory, config=config)
+        app.force = True
+        run_app(app)
+        page = root / "feedback" / student / assignment / f"{assignment}.html"
+        return add_notes(page.read_text(encoding="utf-8"), notes)
+
+
+def has_hand_grade(result: Result) -> bool:
+    from autograder.gradebook import HAND_GRADED_STATUS
+
+    return any(item.status == HAND_GRADED_STATUS for item in result.items)
+
+
+def autograded_notebook(out: Path, result: Result) -> Path:
+    return out / "autograded" / result.student / result.assignment / f"{result.assignment}.ipynb"
+
+
+def write_page(out: Path, result: Result, db_url: str) -> None:
+    """Make ``out/feedback/<student>/<assignment>/<assignment>.html`` again from ``out/autograded/``; the page
+    is replaced only once the new one is complete."""
+    student, assignment = result.student, result.assignment
+    page = out / "feedback" / student / assignment / f"{assignment}.html"
+    text = feedback_page(autograded_notebook(out, result), student, assignment, db_url, result.notes)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    partial = page.with_name(page.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, page)
+
+
+def with_unsubmitted(results: list[Result]) -> list[Result]:
+    """``results`` with a zero row for every student who sent nothing for an assignment that others sent,
+    sorted by assignment then student (as ``grade`` writes them)."""
+    results = [result for result in results if result.reason != NOT_SUBMITTED]
+    students = sorted({result.student for result in results})
+    layouts: dict[str, list[Item]] = {}
+    for result in results:
+        layouts.setdefault(result.assignment, result.items)
+    graded = {(result.student, result.assignment) for result in results}
+    for assignment, items in layouts.items():
+        for student in students:
+            if (student, assignment) not in graded:
+                zeros = [Item(item.grade_id, 0.0, item.max_score, "not submitted") for item in items]
+                results.append(Result(student, assignment, zeros, [], NOT_SUBMITTED))
+    return sorted(results, key=lambda result: (result.assignment, result.student))
+
+
+def refresh(out: Path) -> list[Result]:
+    """``python -m autograder feedback --out DIR``: the hand grades of the class's gradebook into DIR's
+    ``grades.csv``, ``items.csv`` and feedback pages; returns the results written.
+
+    Raises:
+        ValueError: ``out`` is not a folder that ``grade`` wrote, or its gradebook cannot be opened.
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autograder.course_directory import configured_db_url
+    from autograder.gradebook import open_gradebook, with_hand_grades
+    from autograder.records import Records
+
+    out = Path(out).resolve()
+    db_url = configured_db_url(out)
+    kept = Records(out).kept()
+    if not kept:
+        raise ValueError(f"out {str(out)!r} holds no graded submission; run `python -m autograder grade PATH --out DIR` first")
+    course_id = load_config(out).CourseDirectory.course_id
+    try:
+        with open_gradebook(db_url, course_id) as gradebook:
+            results = [with_hand_grades(gradebook, result) for result in kept]
+    except SQLAlchemyError as error:
+        raise ValueError(f"the gradebook of {out} cannot be opened ({type(error).__name__}: {error})") from error
+    for result in results:
+        if has_hand_grade(result) and autograded_notebook(out, result).is_file():
+            write_page(out, result, db_url)
+    results = with_unsubmitted(results)
+    with tempfile.TemporaryDirectory(prefix=".autograder-reports-", dir=out) as staging_name:
+        staging = Path(staging_name)
+        write_csvs(results, staging)
+        for name in ("grades.csv", "items.csv"):
+            os.replace(staging / name, out / name)
+    return results

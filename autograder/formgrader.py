@@ -1,0 +1,112 @@
+"""``python -m autograder formgrader --out DIR``: JupyterLab with nbgrader's formgrader on the folder ``grade`` wrote.
+
+DIR is an nbgrader course directory (:mod:`autograder.course_directory`): its ``nbgrader_config.py`` names the
+class's gradebook and DIR as the course root, and ``autograded/`` holds the notebooks the gradebook's
+submissions refer to, so the formgrader lists every submission and grades its written answers by hand into
+that gradebook. JupyterLab runs from DIR (its working folder and ``root_dir``: nbgrader reads the course's
+configuration there and writes its log there, never in the repository), with the folder of this interpreter
+first on ``PATH`` (nbgrader runs the ``alembic`` program installed next to it), on ``--ip`` (loopback by
+default) and ``--port`` (a free one by default), with a token drawn at random unless ``JUPYTER_TOKEN`` is set
+(and with ``--allow-root`` when run as root).
+The command prints the formgrader's address with the token once the server answers, and runs until it is
+stopped (Ctrl-C), stopping JupyterLab with it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from autograder.course_directory import configured_db_url
+
+START_SECONDS = 120
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((ip, 0))
+        return probe.getsockname()[1]
+
+
+def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> list[str]:
+    """The JupyterLab command line of the formgrader of ``out`` (no secret on it: the token is in the
+    environment)."""
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={out}",
+        f"--ServerApp.ip={ip}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.default_url=/formgrader",
+    ]
+    if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root
+        command.append("--allow-root")
+    return command + ([] if open_browser else ["--no-browser"])
+
+
+def jupyterlab_environment(token: str) -> dict[str, str]:
+    environment = dict(os.environ)
+    path = [str(Path(sys.executable).parent), *filter(None, environment.get("PATH", "").split(os.pathsep))]
+    environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
+    environment["JUPYTER_TOKEN"] = token
+    return environment
+
+
+def _answers(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def serve(
+    out: Path, *, ip: str = "127.0.0.1", port: int | None = None, open_browser: bool = True, stream: TextIO | None = None
+) -> int:
+    """Run JupyterLab with the formgrader of ``out`` until it stops; return its exit code.
+
+    Raises:
+        ValueError: ``out`` is not a folder that ``grade`` wrote (no ``nbgrader_config.py``), or ``port`` is
+            not between 1 and 65535.
+    """
+    stream = stream or sys.stdout
+    out = Path(out).resolve()
+    configured_db_url(out)
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port must be between 1 and 65535, got {port}")
+    port = port or free_port(ip)
+    token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    process = subprocess.Popen(
+        jupyterlab_command(out, ip, port, open_browser), cwd=out, env=jupyterlab_environment(token)
+    )
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: process.terminate())
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while process.poll() is None and not _answers(ip, port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if process.poll() is None:
+            host = f"[{ip}]" if ":" in ip else ip
+            print(f"The formgrader of {out}: http://{host}:{port}/formgrader?token={token}", file=stream, flush=True)
+            print("Stop it with Ctrl-C.", file=stream, flush=True)
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGINT)  # JupyterLab asks for a confirmation on the first one
+        return process.wait()
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,20 @@
+"""``python -m autograder check NOTEBOOK`` as README's "For students" writes it: its whole output is about the
+notebook. The kernel talks to the command over Unix sockets in a private folder, so nothing (no warning about
+unencrypted TCP, no kernel left behind) reaches the student's terminal."""
+
+from __future__ import annotations
+
+import pytest
+from planted import ROOT, run_module
+
+pytestmark = pytest.mark.slow
+
+
+def test_check_prints_the_tests_and_no_warning_of_the_kernel():
+    completed = run_module("autograder", "check", "notebooks/02_sinusoidal.ipynb", cwd=ROOT, timeout=300)
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 1, output  # the released notebook has no answers yet
+    assert "visible tests pass" in completed.stdout
+    assert "TCP" not in output and "WARNING" not in output and "Parent appears to have exited" not in output, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert all(line.lstrip().startswith(("PASSED", "FAILED", "WRITTEN ANSWER")) for line in lines[:-1]), output

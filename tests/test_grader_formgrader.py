@@ -1,0 +1,353 @@
+"""The instructor's path after ``grade``, as README's "Grading the written answers" runs it.
+
+A class of three (the full solution, the planted mistakes, and a student whose code prints a script and whose
+written answer holds active HTML) is graded with ``python -m autograder grade``; ``python -m autograder
+formgrader --out DIR --no-browser`` is started exactly as README writes it (from the repository's root, the
+virtual environment not active, so ``alembic`` is not on ``PATH``), and Debian's Chromium, driven by
+Playwright with every request that is not to the formgrader aborted, goes through nbgrader's pages: the
+assignments, the submissions waiting for a manual grade, Gradebook -> 04_relative -> a submission, where a
+score and a comment are typed into the written answer's fields. The test then reads the gradebook (nbgrader's
+API), runs ``python -m autograder feedback --out DIR`` and reads ``grades.csv``, ``items.csv`` and the feedback
+page; grading again keeps the hand grade. No file appears in the repository. The browser test skips only
+where /usr/bin/chromium is missing outside CI; in CI it fails instead.
+
+The other tests need no browser: grading again and ``--regrade`` keep a hand grade set through nbgrader's
+API, and the autograded notebooks that the formgrader shows hold no active content.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+from planted import (
+    ROOT,
+    filled,
+    run_module,
+    sandbox_missing,
+    solutions,
+    write_full_and_mistakes,
+    write_submission,
+)
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+ASSIGNMENT = "04_relative"
+WRITTEN = "self_bias_answer"  # 3 points, graded by hand
+AUTOGRADED_POINTS = {"full": 9.0, "mistakes": 2.0}  # tests/test_grader_roundtrip.py
+HAND_POINTS = 2.0
+COMMENT = "Correct: the bias depends on the distance only. State what the softmax then sees."
+HOSTILE_OUTPUT = (
+    '\nfrom IPython.display import HTML, display\n'
+    'display(HTML("<script>window.hostileOutput = 1</script><img src=x onerror=\\"window.hostileOutput = 2\\">'
+    '<b>bold output</b>"))'
+)
+HOSTILE_ANSWER = (
+    '<img src=x onerror="window.hostileAnswer = 1"><script>window.hostileAnswer = 2</script> '
+    "The bias depends on the distance only."
+)
+
+
+def _class(root: Path) -> Path:
+    """``full``, ``mistakes`` and ``hostile`` (the full solution, a script in an output and in its answer)."""
+    write_full_and_mistakes(root, ASSIGNMENT)
+    answers = solutions(ASSIGNMENT)
+    answers["bias_answer"] += HOSTILE_OUTPUT
+    answers[WRITTEN] = HOSTILE_ANSWER
+    write_submission(root, "hostile", ASSIGNMENT, filled(ASSIGNMENT, answers))
+    return root
+
+
+def _grade(submissions: Path, out: Path, *options: str) -> None:
+    completed = run_module("autograder", "grade", str(submissions), "--out", str(out), *options, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+
+def _feedback(out: Path) -> None:
+    completed = run_module("autograder", "feedback", "--out", str(out), timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+
+def _scores(out: Path) -> dict[str, float]:
+    with open(out / "grades.csv", newline="") as handle:
+        return {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+
+
+def _item(out: Path, student: str, item: str) -> dict[str, str]:
+    with open(out / "items.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if (row["student_id"], row["item"]) == (student, item)]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _page(out: Path, student: str) -> str:
+    return html.unescape((out / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text("utf-8"))
+
+
+def _hand_grade(out: Path, student: str) -> tuple[float | None, bool, str | None]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, student)
+        comment = gradebook.find_comment(WRITTEN, ASSIGNMENT, ASSIGNMENT, student)
+        return grade.manual_score, grade.needs_manual_grade, comment.manual_comment
+
+
+def _check_hand_grade_everywhere(out: Path) -> None:
+    """The hand grade of ``full`` in the gradebook, grades.csv, items.csv and its feedback page."""
+    assert _hand_grade(out, "full") == (HAND_POINTS, False, COMMENT)
+    assert _hand_grade(out, "mistakes")[:2] == (None, True)
+    scores = _scores(out)
+    assert scores["full"] == AUTOGRADED_POINTS["full"] + HAND_POINTS
+    assert scores["mistakes"] == AUTOGRADED_POINTS["mistakes"]
+    assert _item(out, "full", WRITTEN) == {
+        "student_id": "full", "assignment": ASSIGNMENT, "item": WRITTEN, "score": str(HAND_POINTS),
+        "max_score": "3.0", "status": "hand-graded", "message": COMMENT,
+    }  # fmt: skip
+    assert _item(out, "mistakes", WRITTEN)["status"] == "manual"
+    page = _page(out, "full")
+    assert f"Score: {AUTOGRADED_POINTS['full'] + HAND_POINTS:.1f} / 12.0" in page
+    assert f"Score: {HAND_POINTS:.1f} / 3.0" in page and COMMENT in page
+    assert "Content-Security-Policy" in page
+
+
+def _new_files_in_repository() -> set[str]:
+    """Untracked and ignored entries under autograder/ and notebooks/ (compiled modules aside)."""
+    completed = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", "autograder", "notebooks"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {
+        line for line in completed.stdout.splitlines()
+        if line[:2] in ("??", "!!") and "__pycache__" not in line
+    }  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _sandbox():
+    if reason := sandbox_missing():
+        pytest.skip(f"the grader's sandbox cannot run here: {reason}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Without a browser
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_grading_again_and_regrading_keep_a_hand_grade_in_every_output(tmp_path):
+    from nbgrader.api import Gradebook
+
+    submissions, out = tmp_path / "class", tmp_path / "graded"
+    write_full_and_mistakes(submissions, ASSIGNMENT)
+    _grade(submissions, out, "--jobs", "2")
+    assert _item(out, "full", WRITTEN)["status"] == "manual"
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full")
+        grade.manual_score, grade.needs_manual_grade = HAND_POINTS, False
+        gradebook.find_comment(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full").manual_comment = COMMENT
+        gradebook.db.commit()
+    _feedback(out)
+    _check_hand_grade_everywhere(out)
+    _grade(submissions, out, "--jobs", "2")  # the results are reused: nothing changed
+    _check_hand_grade_everywhere(out)
+    _grade(submissions, out, "--jobs", "2", "--regrade")  # every notebook runs again
+    _check_hand_grade_everywhere(out)
+
+
+def test_the_feedback_command_names_a_folder_that_grade_did_not_write(tmp_path):
+    completed = run_module("autograder", "feedback", "--out", str(tmp_path), timeout=120)
+    assert completed.returncode == 2
+    assert f"out '{tmp_path}' holds no nbgrader_config.py" in completed.stderr
+
+
+def test_the_formgrader_command_names_a_folder_that_grade_did_not_write(tmp_path):
+    completed = run_module("autograder", "formgrader", "--out", str(tmp_path), "--no-browser", timeout=120)
+    assert completed.returncode == 2
+    assert f"out '{tmp_path}' holds no nbgrader_config.py" in completed.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In the browser
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("formgrader")
+    _grade(_class(root / "class"), root / "graded", "--jobs", "2")
+    return root / "graded"
+
+
+def test_the_autograded_notebooks_the_formgrader_shows_hold_no_active_content(graded_class):
+    notebook = nbformat.read(graded_class / "autograded" / "hostile" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", 4)
+    shown = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]  # code is shown as text
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            shown += [str(value) for value in output.get("data", {}).values()]
+    text = "\n".join(shown)
+    assert "bold output" in text and "The bias depends on the distance only." in text  # cleaned, not removed
+    assert "<script" not in text and "onerror" not in text
+
+
+def _readme_environment(home: Path) -> dict[str, str]:
+    """The instructor's shell: the virtual environment not active (its bin is not on PATH), no token set."""
+    environment = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "JUPYTER_TOKEN")}
+    venv_bin = os.path.abspath(os.path.dirname(sys.executable))
+    environment["PATH"] = os.pathsep.join(
+        folder for folder in environment.get("PATH", "").split(os.pathsep) if os.path.abspath(folder) != venv_bin
+    )
+    environment["HOME"] = str(home)  # JupyterLab's settings and runtime files go to this test's home
+    environment["PYTHONUNBUFFERED"] = "1"
+    return environment
+
+
+class Formgrader:
+    """``.venv/bin/python -m autograder formgrader --out DIR --no-browser``, run from the repository's root."""
+
+    def __init__(self, out: Path, home: Path, log: Path) -> None:
+        self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder", "formgrader", "--out", str(out), "--no-browser"],
+            cwd=ROOT, env=_readme_environment(home), stdout=subprocess.PIPE, stderr=self.log, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def url(self, timeout: float = 180) -> str:
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"the formgrader printed no address in {timeout} s:\n{Path(self.log.name).read_text()[-3000:]}")
+            if "/formgrader?token=" in line:
+                return line.split(": ", 1)[1].strip()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists() and not IN_CI,
+    reason=f"{CHROMIUM} is missing (`make chromium` installs it); in CI this test fails instead",
+)
+def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_every_output(
+    graded_class, tmp_path
+):
+    from nbgrader.api import Gradebook
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing (`make chromium` installs it); in CI the browser test must run")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as error:
+        pytest.fail(f"Playwright for Python is not installed (it is in requirements.txt): {error}")
+    with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
+        ids = {
+            student: gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student).id
+            for student in ("full", "mistakes", "hostile")
+        }
+    before = _new_files_in_repository()
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Formgrader(graded_class, home, tmp_path / "formgrader.log")
+    offsite: list[str] = []
+    try:
+        url = server.url()
+        base = url.split("/formgrader", 1)[0]
+
+        def route(request_route) -> None:
+            if request_route.request.url.startswith(base + "/"):
+                request_route.continue_()
+            else:
+                offsite.append(request_route.request.url)
+                request_route.abort()
+
+        with tempfile.TemporaryDirectory(prefix="formgrader-chromium-") as profile, sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1280, "height": 900}, service_workers="block",
+            )  # fmt: skip
+            context.route("**/*", route)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+
+            page.goto(url)  # -> Manage Assignments
+            page.wait_for_url("**/formgrader/manage_assignments")
+            row = page.locator("tr", has_text=ASSIGNMENT).first
+            row.wait_for()
+            assert row.locator("td").nth(0).inner_text().strip().startswith(ASSIGNMENT)
+
+            page.goto(f"{base}/formgrader/manage_submissions/{ASSIGNMENT}")
+            for student in ids:
+                page.locator("tr", has_text=student).first.wait_for()
+            assert page.locator("text=needs manual grading").count() == 3
+
+            page.get_by_role("link", name="Manual Grading").first.click()
+            page.get_by_role("link", name=ASSIGNMENT).first.click()
+            page.wait_for_url(f"**/formgrader/gradebook/{ASSIGNMENT}")
+            page.get_by_role("link", name=ASSIGNMENT).last.click()
+            page.wait_for_url(f"**/formgrader/gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+            links = page.locator(f"a[href$='/formgrader/submissions/{ids['full']}']")
+            links.first.wait_for()
+            assert page.locator("a[href*='/formgrader/submissions/']").count() >= 3
+            links.first.click()
+            page.wait_for_url(f"**/formgrader/submissions/{ids['full']}/")
+            page.wait_for_load_state("networkidle")  # the fields save once the page has loaded their grades
+
+            score = page.locator(f"input.score#{WRITTEN}")
+            with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT") as saved:
+                score.fill(f"{HAND_POINTS:g}")
+                score.press("Tab")
+            assert saved.value.ok
+            comment = page.locator(f"textarea#{WRITTEN}-comment")
+            with page.expect_response(
+                lambda r: "/formgrader/api/comment/" in r.url and r.request.method == "PUT"
+            ) as saved:
+                comment.fill(COMMENT)
+                comment.press("Tab")
+            assert saved.value.ok
+
+            page.goto(f"{base}/formgrader/submissions/{ids['hostile']}/")
+            page.wait_for_load_state("networkidle")
+            assert page.get_by_text("bold output").count() >= 1
+            assert page.get_by_text("The bias depends on the distance only.").count() >= 1
+            assert page.evaluate("() => [window.hostileOutput, window.hostileAnswer]") == [None, None]
+            assert page.locator("img[onerror]").count() == 0
+            context.close()
+        # nbgrader's grading page loads MathJax from a CDN, which this test (like an offline machine) refuses.
+        assert not [error for error in errors if error != "MathJax is not defined"], errors
+        assert all(not address.startswith(("http://127.", "http://localhost")) for address in offsite)
+    finally:
+        server.stop()
+
+    _feedback(graded_class)
+    _check_hand_grade_everywhere(graded_class)
+    _grade(graded_class.parent / "class", graded_class, "--jobs", "2")
+    _check_hand_grade_everywhere(graded_class)
+    assert _new_files_in_repository() == before
