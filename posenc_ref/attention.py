@@ -31,7 +31,13 @@ import torch
 from torch import nn
 
 from posenc_ref import fast
-from posenc_ref._checks import check_choice, check_positive_int, check_same_dtype_and_device, check_tensor
+from posenc_ref._checks import (
+    check_choice,
+    check_positions,
+    check_positive_int,
+    check_same_dtype_and_device,
+    check_tensor,
+)
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
 from posenc_ref.learned import LearnedPositionalEmbedding
 from posenc_ref.relative import (
@@ -294,22 +300,32 @@ def reference_attention(
 class PositionKind(nn.Module):
     """How one position scheme enters multi-head attention; a subclass overrides one hook.
 
-    - ``encode_input(x, offset)``: absolute schemes add their table to the ``(batch, seq, d_model)`` input.
+    - ``encode_input(x, offset, positions)``: absolute schemes add their table to the ``(batch, seq, d_model)``
+      input.
     - ``attention_params(seq_len)``: relative and rotary schemes name the ``position`` of
       :func:`reference_attention` / ``fast_attention`` and hand it their parameters.
+    - ``rotate(q, k, positions)``: rotary schemes turn queries and keys at explicit positions.
+
+    ``takes_positions``: whether the kind can place tokens at explicit positions ``(seq,)`` rather than
+    ``0 .. seq - 1`` (absolute and rotary kinds; e.g. randomized positions, Ruoss et al. 2023). The
+    relative kinds here compute their offsets from the indices, so they refuse explicit positions.
     """
 
     attention_position = "none"
+    takes_positions = True
 
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__()
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
         return x
 
     def attention_params(self, seq_len: int) -> dict:
         return {}
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
 
 
 POSITION_KINDS: dict[str, type[PositionKind]] = {}
@@ -348,8 +364,8 @@ class SinusoidalPosition(PositionKind):
         super().__init__(d_model, num_heads)
         self.encoding = _build("sinusoidal", SinusoidalPositionalEncoding, d_model, **options)
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
-        return self.encoding(x, offset=offset)
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.encoding(x, offset=offset, positions=positions)
 
 
 @register_position_kind("learned")
@@ -362,8 +378,8 @@ class LearnedPosition(PositionKind):
             raise ValueError("position='learned' needs max_len, the number of rows of the table")
         self.embedding = _build("learned", LearnedPositionalEmbedding, options.pop("max_len"), d_model, **options)
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
-        return self.embedding(x, offset=offset)
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.embedding(x, offset=offset, positions=positions)
 
 
 @register_position_kind("shaw")
@@ -371,6 +387,7 @@ class ShawPosition(PositionKind):
     """Shaw et al.'s clipped relative keys and values; option ``max_distance`` (k, default 16)."""
 
     attention_position = "shaw"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int, *, max_distance: int = 16, **options) -> None:
         super().__init__(d_model, num_heads)
@@ -385,6 +402,7 @@ class T5Position(PositionKind):
     """T5's learned bias per log-spaced offset bucket and head."""
 
     attention_position = "t5"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int, **options) -> None:
         super().__init__(d_model, num_heads)
@@ -400,6 +418,7 @@ class AlibiPosition(PositionKind):
     """ALiBi's fixed linear penalty, one slope per head (Press et al. 2022)."""
 
     attention_position = "alibi"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__(d_model, num_heads)
@@ -429,6 +448,11 @@ class RopePosition(PositionKind):
         inv_freq, attention_factor = rope_frequencies(self.head_dim, base=self.base, scaling=self.scaling,
                                                       seq_len=length)
         return {"inv_freq": inv_freq, "layout": self.layout, "attention_factor": attention_factor}
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q`` and ``k`` ``(batch, heads, seq, head_dim)`` rotated at ``positions`` ``(seq,)``."""
+        params = self.attention_params(int(positions.max()) + 1 if positions.numel() else 0)
+        return apply_rope(q, positions, **params), apply_rope(k, positions, **params)
 
 
 def make_position_kind(position: str, d_model: int, num_heads: int, **options) -> PositionKind:
@@ -486,16 +510,33 @@ class MultiHeadAttention(nn.Module):
         batch, seq, _ = x.shape
         return x.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
 
-    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        """``x`` ``(batch, seq, d_model)``; ``offset`` is the position of the first token (absolute kinds)."""
+    def forward(self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(batch, seq, d_model)``; ``offset`` is the position of the first token (absolute kinds).
+
+        ``positions`` (absolute and rotary kinds): a 1-D integer tensor ``(seq,)``, the position of each
+        token instead of ``offset .. offset + seq - 1``. Rotary kinds then rotate q and k at those positions
+        here and attend without a position kind, which is what ``position="rope"`` computes at ``0 .. seq - 1``.
+        """
         check_tensor("x", x, ndim=3, floating=True)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must have last dimension d_model={self.d_model}; got shape {tuple(x.shape)}")
-        x = self.position.encode_input(x, offset)  # (batch, seq, d_model)
+        if positions is not None:
+            if not self.position.takes_positions:
+                raise ValueError(f"position={self.position_name!r} computes offsets from token indices and takes "
+                                 f"no explicit positions; kinds that do: "
+                                 f"{[name for name, kind in POSITION_KINDS.items() if kind.takes_positions]}")
+            check_positions("positions", positions, x.shape[1])
+        # A kind registered before explicit positions existed overrides encode_input(x, offset) only.
+        x = (self.position.encode_input(x, offset) if positions is None
+             else self.position.encode_input(x, offset, positions))  # (batch, seq, d_model)
         q, k, v = (self._split_heads(projection(x)) for projection in (self.query, self.key, self.value))
-        params = self.position.attention_params(x.shape[1])
         attend = reference_attention if self.backend == "reference" else fast.fast_attention
-        heads = attend(q, k, v, position=self.position.attention_position, causal=self.causal, **params)
+        if positions is not None and self.position.attention_position == "rope":
+            q, k = self.position.rotate(q, k, positions)  # (batch, heads, seq, head_dim) each
+            heads = attend(q, k, v, position="none", causal=self.causal)
+        else:
+            params = self.position.attention_params(x.shape[1])
+            heads = attend(q, k, v, position=self.position.attention_position, causal=self.causal, **params)
         batch, _, seq, _ = heads.shape
         merged = heads.transpose(1, 2).reshape(batch, seq, self.d_model)  # (batch, seq, d_model)
         return self.output(merged)
