@@ -37,6 +37,9 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
+import os
+import shutil
 import statistics
 import sys
 import time
@@ -46,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
+from posenc_ref import sweep
 from posenc_ref._checks import check_choice, check_int, check_positive_int
 from posenc_ref.attention import BACKENDS, POSITION_KINDS
 from posenc_ref.models import MODEL_KINDS, build_model
@@ -54,11 +59,21 @@ from posenc_ref.tasks import TASKS, vocabulary_size
 from posenc_ref.train import TrainSettings, evaluate, resolve_device, train_model
 
 CSV_COLUMNS: tuple[str, ...] = (
-    "position", "model", "task", "length", "accuracy", "seed", "train_length", "in_training_range",
-    "train_steps", "train_accuracy", "reached_target", "train_seconds", "position_parameters", "parameters",
-    "examples",
+    "position", "randomized", "model", "task", "length", "accuracy", "seed", "train_length",
+    "in_training_range", "train_steps", "train_accuracy", "reached_target", "train_seconds",
+    "position_parameters", "parameters", "examples",
 )
-"""The columns of ``results.csv``: the first six name the measurement; the rest describe its training run."""
+"""The columns of ``results.csv``: the first seven name the measurement; the rest describe its training run.
+``randomized`` is True for a run with randomized positions (:attr:`LengthGeneralizationSettings.randomized`)."""
+
+
+def kind_label(row: dict[str, Any]) -> str:
+    """The name of a row's position kind in tables and plots: ``"rope"``, or ``"rope+random"`` when randomized."""
+    return f"{row['position']}+random" if _as_bool(row.get("randomized", False)) else row["position"]
+
+
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value) == "True"
 
 
 def _check_names(name: str, values: Sequence[str], allowed: Sequence[str]) -> tuple[str, ...]:
@@ -69,6 +84,23 @@ def _check_names(name: str, values: Sequence[str], allowed: Sequence[str]) -> tu
     if len(set(values)) != len(values):
         raise ValueError(f"{name} must not repeat a name, got {list(values)}")
     return tuple(values)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the grid: a model of one kind on one task, with one seed."""
+
+    task: str
+    model: str
+    position: str
+    randomized: bool
+    seed: int
+
+    @property
+    def key(self) -> str:
+        """The run's file name in ``runs/``: ``bites-decoder-rope+random-seed2``."""
+        kind = f"{self.position}+random" if self.randomized else self.position
+        return f"{self.task}-{self.model}-{kind}-seed{self.seed}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +119,8 @@ class LengthGeneralizationSettings:
         eval_examples: examples scored per length.
         num_symbols: content symbols (``recall`` needs at least the largest evaluation length).
         backend: attention backend of every layer, ``"reference"`` or ``"fast"`` (same results).
+        randomized: position kinds that are also trained with randomized positions (Ruoss et al., 2023):
+            kinds that take explicit positions (absolute and rotary), each also in ``positions``.
     """
 
     positions: tuple[str, ...] = tuple(POSITION_KINDS)
@@ -105,6 +139,7 @@ class LengthGeneralizationSettings:
     eval_examples: int = 512
     num_symbols: int = 16
     backend: str = "fast"
+    randomized: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_names("positions", self.positions, tuple(POSITION_KINDS))
@@ -122,6 +157,13 @@ class LengthGeneralizationSettings:
         for seed in self.seeds:
             check_int("seeds", seed, minimum=0)
         check_choice("backend", self.backend, BACKENDS)
+        if self.randomized:
+            takes = tuple(name for name, kind in POSITION_KINDS.items() if kind.takes_positions and name != "none")
+            _check_names("randomized", self.randomized, takes)
+            missing = [name for name in self.randomized if name not in self.positions]
+            if missing:
+                raise ValueError(f"randomized kinds must also be in positions; {missing} are not in "
+                                 f"{list(self.positions)}")
         self.train_settings(self.tasks[0])  # checks the training budget now, not after the first run
 
     def train_settings(self, task: str) -> TrainSettings:
@@ -132,18 +174,32 @@ class LengthGeneralizationSettings:
             target_accuracy=self.target_accuracy, num_symbols=self.num_symbols,
         )
 
-    def position_options(self, position: str, model: str, task: str) -> dict[str, Any]:
+    @property
+    def random_positions(self) -> int:
+        """M, the range of randomized positions: twice the longest sequence evaluated on any task."""
+        return 2 * max(TASKS[task].sequence_length(max(self.eval_lengths)) for task in self.tasks)
+
+    def runs(self) -> list[Run]:
+        """Every run of the grid, in grid order: task, model, position kind (each randomized variant right
+        after its kind), seed."""
+        return [Run(task, model, position, randomized, seed)
+                for task in self.tasks for model in self.models for position in self.positions
+                for randomized in ((False, True) if position in self.randomized else (False,))
+                for seed in self.seeds]
+
+    def position_options(self, position: str, model: str, task: str, *, randomized: bool = False) -> dict[str, Any]:
         """Options of the position kind, chosen so that every table row is defined where it is used.
 
         - ``"learned"``: ``max_len`` = the longest sequence evaluated (rows past the training length exist
-          but are never trained);
+          but are never trained), or :attr:`random_positions` rows for a randomized run;
         - ``"shaw"``: clipping distance ``k = L``: every offset row is reached in training;
         - ``"t5"``: 8 buckets per direction (4 exact, 4 logarithmic) and ``max_distance = L``: every bucket
           is reached in training, as in T5, whose ``max_distance`` of 128 lies inside its training inputs;
         - the other kinds: the registry's defaults.
         """
         if position == "learned":
-            return {"max_len": TASKS[task].sequence_length(max(self.eval_lengths))}
+            return {"max_len": self.random_positions if randomized
+                    else TASKS[task].sequence_length(max(self.eval_lengths))}
         if position == "shaw":
             return {"max_distance": self.train_length}
         if position == "t5":  # T5's own decoder uses one-way buckets (bidirectional=False, models.py)
@@ -161,18 +217,31 @@ FULL_SETTINGS = LengthGeneralizationSettings(
 """The setting for a GPU: every task, L = 16, lengths up to 48, three seeds, d = 64, up to 5000 steps."""
 
 
-def _run_one(settings: LengthGeneralizationSettings, position: str, model_kind: str, task: str, seed: int,
-             device: torch.device, progress: bool) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Job:
+    """What a worker process needs for one run."""
+
+    settings: LengthGeneralizationSettings
+    run: Run
+    device: str
+    progress: bool
+
+
+def _train_and_score(job: _Job) -> list[dict[str, Any]]:
     """Train one model and score it at every evaluation length; one row per length."""
-    torch.manual_seed(seed)
-    model = build_model(model_kind, vocabulary_size(settings.num_symbols), position, d_model=settings.d_model,
-                        num_heads=settings.num_heads, num_layers=settings.num_layers, backend=settings.backend,
-                        **settings.position_options(position, model_kind, task))
-    result = train_model(model, task, settings.train_settings(task), seed=seed, device=device,
-                         progress=progress, description=f"{task} {model_kind} {position} seed {seed}")
+    settings, run = job.settings, job.run
+    device = torch.device(job.device)
+    torch.manual_seed(run.seed)
+    model = build_model(run.model, vocabulary_size(settings.num_symbols), run.position,
+                        d_model=settings.d_model, num_heads=settings.num_heads, num_layers=settings.num_layers,
+                        backend=settings.backend,
+                        random_positions=settings.random_positions if run.randomized else None,
+                        **settings.position_options(run.position, run.model, run.task, randomized=run.randomized))
+    result = train_model(model, run.task, settings.train_settings(run.task), seed=run.seed, device=device,
+                         progress=job.progress, description=run.key)
     common = {
-        "position": position, "model": model_kind, "task": task, "seed": seed,
-        "train_length": settings.train_length, "train_steps": result.steps,
+        "position": run.position, "randomized": run.randomized, "model": run.model, "task": run.task,
+        "seed": run.seed, "train_length": settings.train_length, "train_steps": result.steps,
         "train_accuracy": round(result.accuracy, 4), "reached_target": result.reached_target,
         "train_seconds": round(result.seconds, 2), "position_parameters": model.position_parameter_count(),
         "parameters": sum(parameter.numel() for parameter in model.parameters()),
@@ -180,11 +249,31 @@ def _run_one(settings: LengthGeneralizationSettings, position: str, model_kind: 
     }
     rows = []
     for length in settings.eval_lengths:
-        accuracy = evaluate(model, task, length, num_examples=settings.eval_examples, seed=seed,
+        accuracy = evaluate(model, run.task, length, num_examples=settings.eval_examples, seed=run.seed,
                             num_symbols=settings.num_symbols, device=device)
         rows.append({**common, "length": length, "accuracy": accuracy,
                      "in_training_range": length <= settings.train_length})
     return rows
+
+
+def _settings_record(settings: LengthGeneralizationSettings) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(settings)))
+
+
+def _check_resumable(out_dir: Path, settings: LengthGeneralizationSettings, resume: bool) -> None:
+    """Keep ``out_dir``'s saved runs only if they were made with these settings (and ``resume`` is set)."""
+    path = out_dir / "settings.json"
+    record = _settings_record(settings)
+    if resume and path.exists():
+        saved = json.loads(path.read_text())
+        changed = sorted(name for name in set(saved) | set(record) if saved.get(name) != record.get(name))
+        if changed:
+            raise ValueError(f"{out_dir} holds runs made with other settings (they differ in {changed}); "
+                             f"use another --out, or --restart to discard them")
+    elif not resume:
+        shutil.rmtree(out_dir / sweep.RUNS_FOLDER, ignore_errors=True)
+        (out_dir / "provenance.json").unlink(missing_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def run_length_generalization(
@@ -195,42 +284,63 @@ def run_length_generalization(
     progress: bool = True,
     verbose: bool = True,
     plots: bool = True,
+    jobs: int = 1,
+    threads: int = 1,
+    resume: bool = True,
+    command: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the grid of ``settings``; write ``out_dir/results.csv`` (and the plots); return the rows.
+
+    Each run is saved in ``out_dir/runs/`` as it finishes (:mod:`posenc_ref.sweep`): called again with the
+    same settings after an interruption, the grid continues where it stopped. ``out_dir/settings.json`` holds
+    the settings and ``out_dir/provenance.json`` the command, versions, commit, machine and wall time.
 
     Args:
         settings: the grid and budget (:data:`QUICK_SETTINGS`, :data:`FULL_SETTINGS` or your own).
         out_dir: created if missing.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
-        progress: a tqdm progress bar per training run (on stderr).
+        progress: a progress bar of runs done and left, with the estimated time to go (on stderr); with
+            ``jobs == 1`` also one bar per training run.
         verbose: one line per training run on stdout.
         plots: also write ``out_dir/<task>_<model>.png``.
+        jobs: worker processes (each run depends on its seed only, so the results do not depend on ``jobs``).
+        threads: torch threads of each worker process.
+        resume: keep the runs saved in ``out_dir`` (made with the same settings); False starts afresh.
+        command: the command line recorded in the provenance (default: this process's).
 
     Returns:
-        One dict per (position, model, task, seed, length) with the keys of :data:`CSV_COLUMNS`, in the
-        order of the grid.
+        One dict per (position, randomized, model, task, seed, length) with the keys of :data:`CSV_COLUMNS`,
+        in the order of :meth:`LengthGeneralizationSettings.runs`.
 
     Raises:
-        TypeError, ValueError: bad settings type or device.
+        TypeError, ValueError: bad settings type or device; ``out_dir`` holds runs of other settings.
     """
     if not isinstance(settings, LengthGeneralizationSettings):
         raise TypeError(f"settings must be a LengthGeneralizationSettings, got {type(settings).__name__}")
     device = resolve_device(device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for task in settings.tasks:
-        for model_kind in settings.models:
-            for position in settings.positions:
-                for seed in settings.seeds:
-                    run = _run_one(settings, position, model_kind, task, seed, device, progress)
-                    rows += run
-                    if verbose:
-                        first = run[0]
-                        print(f"{task:>7} {model_kind:>7} {position:>10} seed {seed}: "
-                              f"{first['train_steps']:>5} steps, train exact match {first['train_accuracy']:.3f}"
-                              f" ({first['train_seconds']:.1f} s)", flush=True)
+    _check_resumable(out_dir, settings, resume)
+    started = time.time()
+    runs = settings.runs()
+    computed = 0
+
+    def report(job: _Job, run_rows: list[dict[str, Any]]) -> None:
+        nonlocal computed
+        computed += 1
+        if verbose:
+            first = run_rows[0]
+            tqdm.write(f"{job.run.key}: {first['train_steps']:>5} steps, train exact match "
+                       f"{first['train_accuracy']:.3f} ({first['train_seconds']:.1f} s)", file=sys.stdout)
+
+    jobs_list = [_Job(settings, run, str(device), progress and jobs == 1) for run in runs]
+    results = sweep.run_sweep(jobs_list, _train_and_score, folder=out_dir, key=lambda job: job.run.key,
+                              jobs=jobs, threads=threads, progress=progress, on_result=report)
+    rows = [row for run_rows in results for row in run_rows]
     write_results(rows, out_dir / "results.csv")
+    sweep.provenance(out_dir, command=list(sys.argv if command is None else command),
+                     settings=_settings_record(settings), device=str(device), jobs=jobs, threads=threads,
+                     started=started, runs=len(runs), runs_this_invocation=computed)
     if plots:
         write_plots(rows, out_dir)
     return rows
@@ -250,7 +360,7 @@ def mean_accuracy(rows: Sequence[dict[str, Any]], *, model: str, task: str) -> d
     grouped: dict[str, dict[int, list[float]]] = {}
     for row in rows:
         if row["model"] == model and row["task"] == task:
-            grouped.setdefault(row["position"], {}).setdefault(row["length"], []).append(row["accuracy"])
+            grouped.setdefault(kind_label(row), {}).setdefault(row["length"], []).append(row["accuracy"])
     if not grouped:
         raise ValueError(f"rows hold no results for model={model!r}, task={task!r}")
     return {position: {length: statistics.fmean(values) for length, values in by_length.items()}
@@ -331,6 +441,12 @@ def _parser() -> argparse.ArgumentParser:
     command.add_argument("--threads", type=int, metavar="N",
                          help="torch CPU threads (default 1 on the CPU: the models are too small to gain from "
                               "more, and one thread gives the book's numbers)")
+    command.add_argument("--randomized", type=_names, metavar="A,B",
+                         help="kinds also trained with randomized positions (default: the setting's)")
+    command.add_argument("--jobs", type=int, metavar="N",
+                         help="runs in parallel, one process each (default: one per core on the CPU, 1 on CUDA)")
+    command.add_argument("--restart", action="store_true",
+                         help="discard the runs saved in --out instead of continuing them")
     command.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -342,7 +458,8 @@ def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizati
     if arguments.seeds is not None:
         overrides["seeds"] = tuple(range(check_positive_int("--seeds", arguments.seeds)))
     for option, field in (("max_steps", "max_steps"), ("eval_examples", "eval_examples"),
-                          ("positions", "positions"), ("models", "models"), ("tasks", "tasks")):
+                          ("positions", "positions"), ("models", "models"), ("tasks", "tasks"),
+                          ("randomized", "randomized")):
         value = getattr(arguments, option)
         if value is not None:
             overrides[field] = value
@@ -359,13 +476,23 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         threads = 1 if arguments.threads is None and device.type == "cpu" else arguments.threads
         if threads is not None:
             torch.set_num_threads(check_positive_int("--threads", threads))
+        jobs = arguments.jobs if arguments.jobs is not None else (
+            (os.cpu_count() or 1) if device.type == "cpu" else 1)
+        check_positive_int("--jobs", jobs)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
-    print(f"length generalization ({'quick' if arguments.quick else 'full'}): device {device}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(f"length generalization ({'quick' if arguments.quick else 'full'}): {len(settings.runs())} runs, "
+          f"device {device}, torch {torch.__version__}, {jobs} job(s) of {torch.get_num_threads()} thread(s)",
+          flush=True)
     begin = time.perf_counter()
-    rows = run_length_generalization(settings, out_dir=arguments.out, device=device,
-                                     progress=not arguments.no_progress)
+    try:
+        rows = run_length_generalization(settings, out_dir=arguments.out, device=device,
+                                         progress=not arguments.no_progress, jobs=jobs,
+                                         threads=torch.get_num_threads(), resume=not arguments.restart,
+                                         command=["python", "-m", "posenc_ref.experiments", *(
+                                             sys.argv[1:] if argv is None else argv)])
+    except ValueError as error:
+        parser.error(str(error))
     print()
     print(format_table(rows))
     print(f"\nwrote {Path(arguments.out) / 'results.csv'} ({len(rows)} rows) and the plots "

@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -166,3 +167,96 @@ def test_settings_are_a_frozen_dataclass_with_the_quick_defaults():
     assert LengthGeneralizationSettings() == QUICK_SETTINGS
     with pytest.raises(dataclasses.FrozenInstanceError):
         QUICK_SETTINGS.max_steps = 5
+
+
+# Resumable sweeps, parallel runs, provenance, randomized positions.
+
+def measured(rows):
+    """Rows without their training time, the one column that differs from one run to the next."""
+    return [{key: value for key, value in row.items() if key != "train_seconds"} for row in rows]
+
+
+TINY = dataclasses.replace(QUICK_SETTINGS, positions=("alibi", "rope"), models=("decoder",), seeds=(0, 1),
+                           max_steps=2, eval_examples=4, eval_lengths=(4, 8, 12))
+
+
+def test_an_interrupted_sweep_continues_where_it_stopped_and_gives_the_same_rows(tmp_path, monkeypatch):
+    from posenc_ref import experiments
+
+    whole = run_length_generalization(TINY, out_dir=tmp_path / "whole", progress=False, verbose=False,
+                                      plots=False)
+    trained = []
+    original = experiments._train_and_score
+
+    def fails_on_the_third_run(job):
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        trained.append(job.run.key)
+        return original(job)
+
+    monkeypatch.setattr(experiments, "_train_and_score", fails_on_the_third_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False, plots=False)
+    assert sorted(path.stem for path in (tmp_path / "cut" / "runs").glob("*.json")) == sorted(trained)
+    assert not (tmp_path / "cut" / "results.csv").exists()
+    monkeypatch.setattr(experiments, "_train_and_score", original)
+    resumed = run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False,
+                                        plots=False)
+    assert measured(resumed) == measured(whole)
+    provenance = json.loads((tmp_path / "cut" / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [2]  # the cut one wrote none
+    assert provenance["runs"] == 4 and provenance["settings"]["seeds"] == [0, 1]
+    assert provenance["versions"]["torch"] == torch.__version__
+    assert provenance["invocations"][0]["machine"]["cores"] == os.cpu_count()
+    again = run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False, plots=False)
+    assert again == resumed  # read back from the saved runs, seconds included
+    provenance = json.loads((tmp_path / "cut" / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [2, 0]
+
+
+def test_other_settings_are_refused_in_a_folder_of_saved_runs_unless_restarted(tmp_path):
+    run_length_generalization(TINY, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    other = dataclasses.replace(TINY, max_steps=3)
+    with pytest.raises(ValueError, match=r"differ in \['max_steps'\]"):
+        run_length_generalization(other, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    rows = run_length_generalization(other, out_dir=tmp_path, progress=False, verbose=False, plots=False,
+                                     resume=False)
+    assert {row["train_steps"] for row in rows} <= {1, 2, 3}
+    assert json.loads((tmp_path / "settings.json").read_text())["max_steps"] == 3
+
+
+def test_parallel_runs_give_the_rows_of_serial_runs(tmp_path):
+    # Enough steps and examples that the scores depend on every weight: a difference would show.
+    settings = dataclasses.replace(TINY, seeds=(0,), max_steps=60, eval_examples=64)
+    serial = run_length_generalization(settings, out_dir=tmp_path / "serial", progress=False, verbose=False,
+                                       plots=False)
+    parallel = run_length_generalization(settings, out_dir=tmp_path / "parallel", progress=False, verbose=False,
+                                         plots=False, jobs=2)
+    assert len({row["accuracy"] for row in serial}) > 2
+    assert measured(parallel) == measured(serial)
+
+
+def test_randomized_variants_follow_their_kind_and_are_labelled(tmp_path):
+    settings = dataclasses.replace(TINY, positions=("learned", "rope", "alibi"), randomized=("rope", "learned"),
+                                   seeds=(0,))
+    assert [run.key for run in settings.runs()] == [
+        "bites-decoder-learned-seed0", "bites-decoder-learned+random-seed0", "bites-decoder-rope-seed0",
+        "bites-decoder-rope+random-seed0", "bites-decoder-alibi-seed0"]
+    longest = 12 + 1 + 2  # bites: the sentence, the separator and the two answer tokens
+    assert settings.random_positions == 2 * longest
+    assert settings.position_options("learned", "decoder", "bites", randomized=True) == {"max_len": 2 * longest}
+    rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    assert list(mean_accuracy(rows, model="decoder", task="bites")) == [
+        "learned", "learned+random", "rope", "rope+random", "alibi"]
+    header, saved = read_csv(tmp_path / "results.csv")
+    assert header == list(CSV_COLUMNS)
+    assert {(row["position"], row["randomized"]) for row in saved} == {
+        ("learned", "False"), ("learned", "True"), ("rope", "False"), ("rope", "True"), ("alibi", "False")}
+
+
+@pytest.mark.parametrize(("randomized", "match"), [
+    (("alibi",), "randomized must be one of"), (("sinusoidal",), "must also be in positions"),
+])
+def test_randomized_kinds_are_checked(randomized, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, randomized=randomized)
