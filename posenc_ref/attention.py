@@ -244,11 +244,13 @@ def reference_attention(
     causal: bool = False,
     scale: float | None = None,
     query_offset: int | None = None,
+    return_weights: bool = False,
     **params,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Attention with a position kind, built from materialized tables: the oracle of ``fast_attention``.
 
-    Same signature and result as :func:`posenc_ref.fast.fast_attention`. ``position`` and its ``params``:
+    Same signature and result as :func:`posenc_ref.fast.fast_attention`; ``return_weights`` (this oracle
+    only) also returns the attention weights ``(batch, heads, q_len, k_len)``. ``position`` and its ``params``:
 
     - ``"none"``: no params.
     - ``"rope"``: ``inv_freq`` ``(head_dim/2,)``, ``layout``, ``attention_factor``; rotate q at the query
@@ -263,7 +265,7 @@ def reference_attention(
     params = validate_position_params(position, params, q=q, k=k)
     q_len, k_len = q.shape[2], k.shape[2]
     offset = resolve_query_offset(q_len, k_len, query_offset)
-    options = {"causal": causal, "scale": scale, "query_offset": offset}
+    options = {"causal": causal, "scale": scale, "query_offset": offset, "return_weights": return_weights}
 
     if position == "rope":
         rotation = {"inv_freq": params["inv_freq"], "layout": params["layout"],
@@ -506,6 +508,37 @@ class MultiHeadAttention(nn.Module):
         self.value = nn.Linear(d_model, d_model)
         self.output = nn.Linear(d_model, d_model)
 
+    def _check_input(self, x: torch.Tensor, positions: torch.Tensor | None) -> None:
+        check_tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}; got shape {tuple(x.shape)}")
+        if positions is not None:
+            if not self.position.takes_positions:
+                raise ValueError(f"position={self.position_name!r} computes offsets from token indices and takes "
+                                 f"no explicit positions; kinds that do: "
+                                 f"{[name for name, kind in POSITION_KINDS.items() if kind.takes_positions]}")
+            check_positions("positions", positions, x.shape[1])
+
+    def _attend(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None, attend: Callable, **options):
+        """The attention of every head, ``attend(q, k, v, ...)`` with this layer's position kind."""
+        # A kind registered before explicit positions existed overrides encode_input(x, offset) only.
+        x = (self.position.encode_input(x, offset) if positions is None
+             else self.position.encode_input(x, offset, positions))  # (batch, seq, d_model)
+        q, k, v = (self._split_heads(projection(x)) for projection in (self.query, self.key, self.value))
+        if positions is not None and self.position.attention_position == "rope":
+            q, k = self.position.rotate(q, k, positions)  # (batch, heads, seq, head_dim) each
+            return attend(q, k, v, position="none", causal=self.causal, **options)
+        params = self.position.attention_params(x.shape[1])
+        return attend(q, k, v, position=self.position.attention_position, causal=self.causal, **options, **params)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The softmax weights of every head for input ``x`` ``(batch, seq, d_model)``: ``(batch, heads, seq,
+        seq)``, row i the distribution of query i over the keys, computed by :func:`reference_attention`."""
+        self._check_input(x, positions)
+        _, weights = self._attend(x, 0, positions, attend=reference_attention, return_weights=True)
+        return weights
+
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         return x.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
@@ -517,26 +550,9 @@ class MultiHeadAttention(nn.Module):
         token instead of ``offset .. offset + seq - 1``. Rotary kinds then rotate q and k at those positions
         here and attend without a position kind, which is what ``position="rope"`` computes at ``0 .. seq - 1``.
         """
-        check_tensor("x", x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}; got shape {tuple(x.shape)}")
-        if positions is not None:
-            if not self.position.takes_positions:
-                raise ValueError(f"position={self.position_name!r} computes offsets from token indices and takes "
-                                 f"no explicit positions; kinds that do: "
-                                 f"{[name for name, kind in POSITION_KINDS.items() if kind.takes_positions]}")
-            check_positions("positions", positions, x.shape[1])
-        # A kind registered before explicit positions existed overrides encode_input(x, offset) only.
-        x = (self.position.encode_input(x, offset) if positions is None
-             else self.position.encode_input(x, offset, positions))  # (batch, seq, d_model)
-        q, k, v = (self._split_heads(projection(x)) for projection in (self.query, self.key, self.value))
-        attend = reference_attention if self.backend == "reference" else fast.fast_attention
-        if positions is not None and self.position.attention_position == "rope":
-            q, k = self.position.rotate(q, k, positions)  # (batch, heads, seq, head_dim) each
-            heads = attend(q, k, v, position="none", causal=self.causal)
-        else:
-            params = self.position.attention_params(x.shape[1])
-            heads = attend(q, k, v, position=self.position.attention_position, causal=self.causal, **params)
+        self._check_input(x, positions)
+        heads = self._attend(x, offset, positions, attend=reference_attention if self.backend == "reference"
+                             else fast.fast_attention)  # (batch, heads, seq, head_dim)
         batch, _, seq, _ = heads.shape
         merged = heads.transpose(1, 2).reshape(batch, seq, self.d_model)  # (batch, seq, d_model)
         return self.output(merged)

@@ -54,7 +54,7 @@ from tqdm import tqdm
 from posenc_ref import sweep
 from posenc_ref._checks import check_choice, check_int, check_positive_int
 from posenc_ref.attention import BACKENDS, POSITION_KINDS
-from posenc_ref.models import MODEL_KINDS, build_model
+from posenc_ref.models import MODEL_KINDS, TinyTransformer, build_model
 from posenc_ref.tasks import TASKS, vocabulary_size
 from posenc_ref.train import TrainSettings, evaluate, resolve_device, train_model
 
@@ -225,18 +225,44 @@ class _Job:
     run: Run
     device: str
     progress: bool
+    model_folder: str | None = None
+
+
+def build_run_model(settings: LengthGeneralizationSettings, run: Run) -> TinyTransformer:
+    """The untrained model of ``run``, its weights drawn from ``torch.manual_seed(run.seed)``."""
+    torch.manual_seed(run.seed)
+    return build_model(run.model, vocabulary_size(settings.num_symbols), run.position,
+                       d_model=settings.d_model, num_heads=settings.num_heads, num_layers=settings.num_layers,
+                       backend=settings.backend,
+                       random_positions=settings.random_positions if run.randomized else None,
+                       **settings.position_options(run.position, run.model, run.task, randomized=run.randomized))
+
+
+def model_path(out_dir: str | Path, run: Run) -> Path:
+    """Where a sweep run with ``save_models=True`` keeps the trained weights of ``run``."""
+    return Path(out_dir) / sweep.RUNS_FOLDER / f"{run.key}.pt"
+
+
+def load_trained_model(out_dir: str | Path, settings: LengthGeneralizationSettings, run: Run) -> TinyTransformer:
+    """The trained model of ``run`` saved by :func:`run_length_generalization` with ``save_models=True``.
+
+    Raises:
+        FileNotFoundError: the run's weights are not in ``out_dir`` (not run, or run without ``save_models``).
+    """
+    path = model_path(out_dir, run)
+    if not path.exists():
+        raise FileNotFoundError(f"no trained weights for {run.key} in {Path(out_dir) / sweep.RUNS_FOLDER}: run "
+                                f"the sweep with save_models=True (--save-models) first")
+    model = build_run_model(settings, run)
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
 
 
 def _train_and_score(job: _Job) -> list[dict[str, Any]]:
     """Train one model and score it at every evaluation length; one row per length."""
     settings, run = job.settings, job.run
     device = torch.device(job.device)
-    torch.manual_seed(run.seed)
-    model = build_model(run.model, vocabulary_size(settings.num_symbols), run.position,
-                        d_model=settings.d_model, num_heads=settings.num_heads, num_layers=settings.num_layers,
-                        backend=settings.backend,
-                        random_positions=settings.random_positions if run.randomized else None,
-                        **settings.position_options(run.position, run.model, run.task, randomized=run.randomized))
+    model = build_run_model(settings, run)
     result = train_model(model, run.task, settings.train_settings(run.task), seed=run.seed, device=device,
                          progress=job.progress, description=run.key)
     common = {
@@ -253,6 +279,8 @@ def _train_and_score(job: _Job) -> list[dict[str, Any]]:
                             num_symbols=settings.num_symbols, device=device)
         rows.append({**common, "length": length, "accuracy": accuracy,
                      "in_training_range": length <= settings.train_length})
+    if job.model_folder is not None:  # saved before the result, which marks the run as done
+        torch.save(model.state_dict(), model_path(job.model_folder, run))
     return rows
 
 
@@ -287,6 +315,7 @@ def run_length_generalization(
     jobs: int = 1,
     threads: int = 1,
     resume: bool = True,
+    save_models: bool = False,
     command: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the grid of ``settings``; write ``out_dir/results.csv`` (and the plots); return the rows.
@@ -306,6 +335,8 @@ def run_length_generalization(
         jobs: worker processes (each run depends on its seed only, so the results do not depend on ``jobs``).
         threads: torch threads of each worker process.
         resume: keep the runs saved in ``out_dir`` (made with the same settings); False starts afresh.
+        save_models: also keep each trained model's weights, ``out_dir/runs/<key>.pt``
+            (:func:`load_trained_model`).
         command: the command line recorded in the provenance (default: this process's).
 
     Returns:
@@ -333,7 +364,8 @@ def run_length_generalization(
             tqdm.write(f"{job.run.key}: {first['train_steps']:>5} steps, train exact match "
                        f"{first['train_accuracy']:.3f} ({first['train_seconds']:.1f} s)", file=sys.stdout)
 
-    jobs_list = [_Job(settings, run, str(device), progress and jobs == 1) for run in runs]
+    jobs_list = [_Job(settings, run, str(device), progress and jobs == 1, str(out_dir) if save_models else None)
+                 for run in runs]
     results = sweep.run_sweep(jobs_list, _train_and_score, folder=out_dir, key=lambda job: job.run.key,
                               jobs=jobs, threads=threads, progress=progress, on_result=report)
     rows = [row for run_rows in results for row in run_rows]
