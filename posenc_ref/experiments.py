@@ -479,8 +479,36 @@ def _parser() -> argparse.ArgumentParser:
                          help="runs in parallel, one process each (default: one per core on the CPU, 1 on CUDA)")
     command.add_argument("--restart", action="store_true",
                          help="discard the runs saved in --out instead of continuing them")
+    command.add_argument("--save-models", action="store_true",
+                         help="keep each trained model in DIR/runs/ (context-extension reads them)")
     command.add_argument("--no-progress", action="store_true", help="no progress bars")
+    extension = commands.add_parser(
+        "context-extension", help="read the rotary decoders of a sweep (--save-models) at 2L and 3L with each "
+                                  "scaling rule, before and after a short fine-tune")
+    extension.add_argument("--models", required=True, metavar="DIR",
+                           help="the --out of a length-generalization sweep run with --save-models")
+    extension.add_argument("--out", required=True, metavar="DIR", help="where extension.csv goes")
+    extension.add_argument("--factors", type=_names, metavar="2,3", help="sizes read, as multiples of L")
+    extension.add_argument("--finetune-steps", type=int, metavar="N", help="steps of each fine-tune")
+    extension.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when available)")
+    extension.add_argument("--jobs", type=int, metavar="N",
+                           help="runs in parallel (default: one per core on the CPU, 1 on CUDA)")
+    extension.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def saved_settings(out_dir: str | Path) -> LengthGeneralizationSettings:
+    """The settings of the sweep saved in ``out_dir/settings.json``.
+
+    Raises:
+        FileNotFoundError: ``out_dir`` holds no sweep.
+    """
+    path = Path(out_dir) / "settings.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: {out_dir} is not the output folder of a sweep")
+    record = json.loads(path.read_text())
+    return LengthGeneralizationSettings(**{name: tuple(value) if isinstance(value, list) else value
+                                           for name, value in record.items()})
 
 
 def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizationSettings:
@@ -498,10 +526,42 @@ def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizati
     return dataclasses.replace(settings, **overrides)
 
 
+def _extension_main(parser: argparse.ArgumentParser, arguments: argparse.Namespace,
+                    argv: Sequence[str] | None) -> list[dict[str, Any]]:
+    from posenc_ref.extension import ExtensionSettings, run_context_extension
+
+    try:
+        settings = saved_settings(arguments.models)
+        overrides: dict[str, Any] = {}
+        if arguments.factors is not None:
+            overrides["factors"] = tuple(int(factor) for factor in arguments.factors)
+        if arguments.finetune_steps is not None:
+            overrides["finetune_steps"] = arguments.finetune_steps
+        extension = dataclasses.replace(ExtensionSettings(), **overrides)
+        device = resolve_device(arguments.device)
+        jobs = arguments.jobs if arguments.jobs is not None else (
+            (os.cpu_count() or 1) if device.type == "cpu" else 1)
+        check_positive_int("--jobs", jobs)
+        if device.type == "cpu":
+            torch.set_num_threads(1)
+        begin = time.perf_counter()
+        rows = run_context_extension(settings, models_dir=arguments.models, out_dir=arguments.out,
+                                     extension=extension, device=device, jobs=jobs,
+                                     progress=not arguments.no_progress,
+                                     command=["python", "-m", "posenc_ref.experiments", *(
+                                         sys.argv[1:] if argv is None else argv)])
+    except (TypeError, ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+    print(f"wrote {Path(arguments.out) / 'extension.csv'} ({len(rows)} rows) in {time.perf_counter() - begin:.0f} s")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The command line; returns the rows it wrote."""
     parser = _parser()
     arguments = parser.parse_args(argv)
+    if arguments.command == "context-extension":
+        return _extension_main(parser, arguments, argv)
     try:
         settings = settings_from_arguments(arguments)
         device = resolve_device(arguments.device)
@@ -521,6 +581,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         rows = run_length_generalization(settings, out_dir=arguments.out, device=device,
                                          progress=not arguments.no_progress, jobs=jobs,
                                          threads=torch.get_num_threads(), resume=not arguments.restart,
+                                         save_models=arguments.save_models,
                                          command=["python", "-m", "posenc_ref.experiments", *(
                                              sys.argv[1:] if argv is None else argv)])
     except ValueError as error:
