@@ -38,6 +38,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
 import shutil
 import statistics
@@ -121,6 +122,7 @@ class LengthGeneralizationSettings:
         backend: attention backend of every layer, ``"reference"`` or ``"fast"`` (same results).
         randomized: position kinds that are also trained with randomized positions (Ruoss et al., 2023):
             kinds that take explicit positions (absolute and rotary), each also in ``positions``.
+        random_range: the range M of those positions as a multiple (>= 1) of the longest sequence evaluated.
     """
 
     positions: tuple[str, ...] = tuple(POSITION_KINDS)
@@ -140,6 +142,7 @@ class LengthGeneralizationSettings:
     num_symbols: int = 16
     backend: str = "fast"
     randomized: tuple[str, ...] = ()
+    random_range: float = 1.0
 
     def __post_init__(self) -> None:
         _check_names("positions", self.positions, tuple(POSITION_KINDS))
@@ -157,6 +160,9 @@ class LengthGeneralizationSettings:
         for seed in self.seeds:
             check_int("seeds", seed, minimum=0)
         check_choice("backend", self.backend, BACKENDS)
+        if isinstance(self.random_range, bool) or not isinstance(self.random_range, (int, float)) \
+                or not self.random_range >= 1:
+            raise ValueError(f"random_range must be a real number >= 1, got {self.random_range!r}")
         if self.randomized:
             takes = tuple(name for name, kind in POSITION_KINDS.items() if kind.takes_positions and name != "none")
             _check_names("randomized", self.randomized, takes)
@@ -176,8 +182,10 @@ class LengthGeneralizationSettings:
 
     @property
     def random_positions(self) -> int:
-        """M, the range of randomized positions: twice the longest sequence evaluated on any task."""
-        return 2 * max(TASKS[task].sequence_length(max(self.eval_lengths)) for task in self.tasks)
+        """M, the range of randomized positions: ``random_range`` times the longest sequence evaluated on any
+        task (rounded up), so that every evaluated input fits in it."""
+        longest = max(TASKS[task].sequence_length(max(self.eval_lengths)) for task in self.tasks)
+        return math.ceil(self.random_range * longest)
 
     def runs(self) -> list[Run]:
         """Every run of the grid, in grid order: task, model, position kind (each randomized variant right

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -243,8 +244,9 @@ def test_randomized_variants_follow_their_kind_and_are_labelled(tmp_path):
         "bites-decoder-learned-seed0", "bites-decoder-learned+random-seed0", "bites-decoder-rope-seed0",
         "bites-decoder-rope+random-seed0", "bites-decoder-alibi-seed0"]
     longest = 12 + 1 + 2  # bites: the sentence, the separator and the two answer tokens
-    assert settings.random_positions == 2 * longest
-    assert settings.position_options("learned", "decoder", "bites", randomized=True) == {"max_len": 2 * longest}
+    assert settings.random_positions == longest
+    assert dataclasses.replace(settings, random_range=2.5).random_positions == math.ceil(2.5 * longest)
+    assert settings.position_options("learned", "decoder", "bites", randomized=True) == {"max_len": longest}
     rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
     assert list(mean_accuracy(rows, model="decoder", task="bites")) == [
         "learned", "learned+random", "rope", "rope+random", "alibi"]
@@ -260,3 +262,8 @@ def test_randomized_variants_follow_their_kind_and_are_labelled(tmp_path):
 def test_randomized_kinds_are_checked(randomized, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, randomized=randomized)
+
+
+def test_random_range_below_one_is_refused():
+    with pytest.raises(ValueError, match="random_range must be a real number >= 1"):
+        dataclasses.replace(TINY, random_range=0.5)
