@@ -82,7 +82,7 @@ def test_cli_names_a_bad_option():
 def test_position_options_size_every_table_for_the_lengths_it_meets():
     # bites at length 24: 24 tokens, the separator and two answer tokens.
     assert QUICK_SETTINGS.position_options("learned", "decoder", "bites") == {"max_len": 24 + 1 + 2}
-    assert FULL_SETTINGS.position_options("learned", "encoder", "recall") == {"max_len": 2 * 48 + 2 + 1}
+    assert FULL_SETTINGS.position_options("learned", "encoder", "recall") == {"max_len": 2 * 24 + 2 + 1}
     assert QUICK_SETTINGS.position_options("shaw", "encoder", "bites") == {"max_distance": 8}
     assert QUICK_SETTINGS.position_options("t5", "encoder", "bites") == {"num_buckets": 16, "max_distance": 8}
     assert QUICK_SETTINGS.position_options("t5", "decoder", "bites") == {"num_buckets": 8, "max_distance": 8}
@@ -107,7 +107,8 @@ def test_every_t5_bucket_and_shaw_row_is_reached_by_offsets_inside_the_training_
 
 def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the_training_length():
     assert set(FULL_SETTINGS.tasks) == {"copy", "reverse", "bites", "recall"}
-    assert len(FULL_SETTINGS.seeds) >= 3
+    assert len(FULL_SETTINGS.seeds) >= 5 and set(FULL_SETTINGS.models) == {"encoder", "decoder"}
+    assert set(FULL_SETTINGS.randomized) == {"sinusoidal", "learned", "rope"}
     assert max(FULL_SETTINGS.eval_lengths) == 3 * FULL_SETTINGS.train_length
     assert FULL_SETTINGS.num_symbols >= max(FULL_SETTINGS.eval_lengths)  # recall's keys are distinct
 
@@ -267,3 +268,13 @@ def test_randomized_kinds_are_checked(randomized, match):
 def test_random_range_below_one_is_refused():
     with pytest.raises(ValueError, match="random_range must be a real number >= 1"):
         dataclasses.replace(TINY, random_range=0.5)
+
+
+def test_the_position_free_encoder_gets_the_short_budget(tmp_path):
+    from posenc_ref.experiments import POSITION_FREE_ENCODER_STEPS
+
+    settings = dataclasses.replace(TINY, positions=("none",), models=("encoder", "decoder"), seeds=(0,),
+                                   max_steps=POSITION_FREE_ENCODER_STEPS + 25, eval_lengths=(4,))
+    rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    steps = {row["model"]: row["train_steps"] for row in rows}
+    assert steps["encoder"] == POSITION_FREE_ENCODER_STEPS and steps["decoder"] > POSITION_FREE_ENCODER_STEPS
