@@ -18,7 +18,6 @@ from posenc_ref.experiments import (
     CSV_COLUMNS,
     FULL_SETTINGS,
     QUICK_SETTINGS,
-    LengthGeneralizationSettings,
     format_table,
     main,
     mean_accuracy,
@@ -71,7 +70,8 @@ def test_python_dash_m_runs_the_command(tmp_path):
     assert completed.returncode == 0, completed.stderr
     header, rows = read_csv(tmp_path / "results.csv")
     assert header == list(CSV_COLUMNS)
-    assert len(rows) == len(QUICK_SETTINGS.eval_lengths) and {row["position"] for row in rows} == {"alibi"}
+    assert len(rows) == len(QUICK_SETTINGS.eval_lengths) * len(QUICK_SETTINGS.tasks) * len(QUICK_SETTINGS.seeds)
+    assert {row["position"] for row in rows} == {"alibi"}
 
 
 def test_cli_names_a_bad_option():
@@ -165,8 +165,9 @@ def test_format_table_has_a_line_per_position_and_marks_the_trained_lengths():
         format_table(fake_rows(), lengths=[6])
 
 
-def test_settings_are_a_frozen_dataclass_with_the_quick_defaults():
-    assert LengthGeneralizationSettings() == QUICK_SETTINGS
+def test_quick_settings_are_the_live_run_of_several_seeds_on_two_tasks():
+    assert len(QUICK_SETTINGS.seeds) >= 3 and set(QUICK_SETTINGS.tasks) == {"bites", "copy"}
+    assert set(QUICK_SETTINGS.positions) == set(POSITION_KINDS) and QUICK_SETTINGS.models == ("decoder",)
     with pytest.raises(dataclasses.FrozenInstanceError):
         QUICK_SETTINGS.max_steps = 5
 
@@ -178,8 +179,8 @@ def measured(rows):
     return [{key: value for key, value in row.items() if key != "train_seconds"} for row in rows]
 
 
-TINY = dataclasses.replace(QUICK_SETTINGS, positions=("alibi", "rope"), models=("decoder",), seeds=(0, 1),
-                           max_steps=2, eval_examples=4, eval_lengths=(4, 8, 12))
+TINY = dataclasses.replace(QUICK_SETTINGS, positions=("alibi", "rope"), models=("decoder",), tasks=("bites",),
+                           seeds=(0, 1), max_steps=2, eval_examples=4, eval_lengths=(4, 8, 12))
 
 
 def test_an_interrupted_sweep_continues_where_it_stopped_and_gives_the_same_rows(tmp_path, monkeypatch):
@@ -278,3 +279,13 @@ def test_the_position_free_encoder_gets_the_short_budget(tmp_path):
     rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
     steps = {row["model"]: row["train_steps"] for row in rows}
     assert steps["encoder"] == POSITION_FREE_ENCODER_STEPS and steps["decoder"] > POSITION_FREE_ENCODER_STEPS
+
+
+def test_read_results_gives_back_the_rows_written(tmp_path):
+    rows = run_length_generalization(TINY, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    from posenc_ref.experiments import read_results
+
+    assert read_results(tmp_path / "results.csv") == rows
+    (tmp_path / "other.csv").write_text("position,accuracy\nrope,0.5\n")
+    with pytest.raises(ValueError, match="expected"):
+        read_results(tmp_path / "other.csv")
