@@ -108,7 +108,11 @@ def test_every_t5_bucket_and_shaw_row_is_reached_by_offsets_inside_the_training_
 def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the_training_length():
     assert set(FULL_SETTINGS.tasks) == {"copy", "reverse", "bites", "recall"}
     assert len(FULL_SETTINGS.seeds) >= 5 and set(FULL_SETTINGS.models) == {"encoder", "decoder"}
-    assert set(FULL_SETTINGS.randomized) == {"sinusoidal", "learned", "rope"}
+    from posenc_ref.experiments import RANDOMIZED_SETTINGS
+
+    assert set(RANDOMIZED_SETTINGS.randomized) == set(RANDOMIZED_SETTINGS.positions) == {"sinusoidal", "learned",
+                                                                                         "rope"}
+    assert {run.randomized for run in RANDOMIZED_SETTINGS.runs()} == {False, True}
     assert max(FULL_SETTINGS.eval_lengths) == 3 * FULL_SETTINGS.train_length
     assert FULL_SETTINGS.num_symbols >= max(FULL_SETTINGS.eval_lengths)  # recall's keys are distinct
 
