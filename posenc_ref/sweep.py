@@ -136,7 +136,8 @@ def _git_commit(directory: Path) -> tuple[str | None, bool | None]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
                                 check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory,
+        # Changes to the package itself: edits elsewhere (a chapter, the README) do not change what ran.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=directory,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip() != ""
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -167,8 +168,8 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
                jobs: int, threads: int, started: float, runs: int, runs_this_invocation: int) -> dict[str, Any]:
     """Record this invocation in ``folder/provenance.json`` and return the whole record.
 
-    The record keeps the command, settings, package versions, commit (and whether the tree had uncommitted
-    changes), machine, and one entry per invocation (start, wall seconds, runs it computed), so a sweep that
+    The record keeps the command, settings, package versions, commit (and whether the package's files had
+    uncommitted changes), machine, and one entry per invocation (start, wall seconds, runs it computed), so a sweep that
     was interrupted and resumed reports the total wall time of all its parts.
     """
     import numpy
