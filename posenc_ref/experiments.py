@@ -275,16 +275,28 @@ def model_path(out_dir: str | Path, run: Run) -> Path:
     return Path(out_dir) / sweep.RUNS_FOLDER / f"{run.key}.pt"
 
 
-def load_trained_model(out_dir: str | Path, settings: LengthGeneralizationSettings, run: Run) -> TinyTransformer:
+def load_trained_model(out_dir: str | Path, settings: LengthGeneralizationSettings, run: Run, *,
+                       retrain: bool = False) -> TinyTransformer:
     """The trained model of ``run`` saved by :func:`run_length_generalization` with ``save_models=True``.
 
+    With ``retrain``, a run whose weights are not saved (a sweep run without ``save_models``, or results kept
+    without their weights) is trained again, as the sweep trained it: from its seed, on one thread, which
+    gives the same weights (check: the retrained model's exact match at L equals the saved result's).
+
     Raises:
-        FileNotFoundError: the run's weights are not in ``out_dir`` (not run, or run without ``save_models``).
+        FileNotFoundError: the weights are not in ``out_dir`` and ``retrain`` is False.
     """
     path = model_path(out_dir, run)
     if not path.exists():
-        raise FileNotFoundError(f"no trained weights for {run.key} in {Path(out_dir) / sweep.RUNS_FOLDER}: run "
-                                f"the sweep with save_models=True (--save-models) first")
+        if not retrain:
+            raise FileNotFoundError(f"no trained weights for {run.key} in {Path(out_dir) / sweep.RUNS_FOLDER}: "
+                                    f"run the sweep with save_models=True (--save-models) first")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _train_and_score(_Job(settings, run, "cpu", False, str(out_dir)))
+        finally:
+            torch.set_num_threads(threads)
     model = build_run_model(settings, run)
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.eval()

@@ -161,7 +161,7 @@ def _extend_and_score(job: _ExtensionJob) -> list[dict[str, Any]]:
     settings, extension = job.settings, job.extension
     device = torch.device(job.device)
     run = Run(job.task, "decoder", job.position, False, job.seed)
-    trained = load_trained_model(job.models_dir, settings, run).to(device)
+    trained = load_trained_model(job.models_dir, settings, run, retrain=True).to(device)
     train_length = settings.train_length
     original_length = model_input_length(job.task, train_length, causal=True)
     methods = extension.methods if job.position == "rope" else ("none",)
@@ -208,14 +208,13 @@ def run_context_extension(
     """Score the trained decoders of a sweep at ``factor * L`` with each rule, before and after a fine-tune.
 
     ``models_dir`` is the output folder of :func:`~posenc_ref.experiments.run_length_generalization` run with
-    ``settings`` and ``save_models=True``; its rotary decoders (and the reference kinds') of every task and seed
-    are read. Each (task, kind, seed) is one run of :func:`posenc_ref.sweep.run_sweep`, saved in
+    ``settings`` (ideally with ``save_models=True``); its rotary decoders (and the reference kinds') of every task
+    and seed are read, and those whose weights were not saved are trained again from their seed. Each (task, kind, seed) is one run of :func:`posenc_ref.sweep.run_sweep`, saved in
     ``out_dir/runs/`` as it finishes (resumable); the rows go to ``out_dir/extension.csv`` with the columns of
     :data:`EXTENSION_COLUMNS`, and ``out_dir/provenance.json`` records the command, versions and wall time.
 
     Raises:
         ValueError: the settings have no decoder or no rotary kind, or lack a reference kind.
-        FileNotFoundError: a trained model is missing from ``models_dir``.
     """
     if "decoder" not in settings.models or "rope" not in settings.positions:
         raise ValueError("context extension needs the sweep's rotary decoders: settings.models must include "

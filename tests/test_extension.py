@@ -84,7 +84,7 @@ def test_model_input_length_is_what_the_decoder_reads():
     assert model_input_length("copy", 5, causal=False) == 5 + 1 + 5
 
 
-SWEEP = dataclasses.replace(QUICK_SETTINGS, positions=("none", "alibi", "rope"), models=("decoder",),
+SWEEP = dataclasses.replace(QUICK_SETTINGS, positions=("none", "alibi", "rope"), models=("decoder",), tasks=("bites",),
                             seeds=(0,), max_steps=40, eval_examples=32, eval_lengths=(4, 8, 16))
 
 
@@ -121,3 +121,18 @@ def test_the_command_line_reads_the_sweep_settings(tmp_path, capsys):
     assert {row["factor"] for row in rows} == {2} and "extension.csv" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["context-extension", "--models", str(tmp_path / "nothing"), "--out", str(tmp_path / "ext2")])
+
+
+def test_a_run_without_saved_weights_is_trained_again_to_the_same_model(tmp_path):
+    settings = dataclasses.replace(SWEEP, positions=("rope",), max_steps=30)
+    rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False,
+                                     save_models=True)
+    run = Run("bites", "decoder", "rope", False, 0)
+    saved = load_trained_model(tmp_path, settings, run).state_dict()
+    (tmp_path / "runs" / f"{run.key}.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="save_models"):
+        load_trained_model(tmp_path, settings, run)
+    again = load_trained_model(tmp_path, settings, run, retrain=True).state_dict()
+    for name, tensor in saved.items():
+        torch.testing.assert_close(again[name], tensor, atol=0, rtol=0)
+    assert rows  # the sweep's results are untouched
