@@ -401,6 +401,7 @@ def run_length_generalization(
     _check_resumable(out_dir, settings, resume)
     started = time.time()
     runs = settings.runs()
+    version = sweep.code_version()
     computed = 0
 
     def report(job: _Job, run_rows: list[dict[str, Any]]) -> None:
@@ -419,7 +420,7 @@ def run_length_generalization(
     write_results(rows, out_dir / "results.csv")
     sweep.provenance(out_dir, command=list(sys.argv if command is None else command),
                      settings=_settings_record(settings), device=str(device), jobs=jobs, threads=threads,
-                     started=started, runs=len(runs), runs_this_invocation=computed)
+                     started=started, runs=len(runs), runs_this_invocation=computed, version=version)
     if plots:
         write_plots(rows, out_dir)
     return rows

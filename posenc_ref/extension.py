@@ -226,6 +226,7 @@ def run_context_extension(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    version = sweep.code_version()
     jobs_list = [_ExtensionJob(settings, extension, str(models_dir), task, position, seed, str(device))
                  for task in settings.tasks for position in ("rope", *extension.references)
                  for seed in settings.seeds]
@@ -246,5 +247,5 @@ def run_context_extension(
               "extension": json.loads(json.dumps(dataclasses.asdict(extension)))}
     sweep.provenance(out_dir, command=list(sys.argv if command is None else command), settings=record,
                      device=str(device), jobs=jobs, threads=threads, started=started, runs=len(jobs_list),
-                     runs_this_invocation=computed)
+                     runs_this_invocation=computed, version=version)
     return rows

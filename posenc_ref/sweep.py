@@ -132,6 +132,12 @@ def run_sweep(
     return [json.loads(path.read_text()) for path in paths]
 
 
+def code_version() -> tuple[str | None, bool | None]:
+    """``(commit, uncommitted changes in the package)`` of the checkout this package runs from, or
+    ``(None, None)`` outside a git checkout. Take it when a sweep starts: the code that ran is the code then."""
+    return _git_commit(Path(__file__).resolve().parent)
+
+
 def _git_commit(directory: Path) -> tuple[str | None, bool | None]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
@@ -165,19 +171,21 @@ def machine_description(device: str) -> dict[str, Any]:
 
 
 def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str, Any], device: str,
-               jobs: int, threads: int, started: float, runs: int, runs_this_invocation: int) -> dict[str, Any]:
+               jobs: int, threads: int, started: float, runs: int, runs_this_invocation: int,
+               version: tuple[str | None, bool | None] | None = None) -> dict[str, Any]:
     """Record this invocation in ``folder/provenance.json`` and return the whole record.
 
     The record keeps the command, settings, package versions, commit (and whether the package's files had
     uncommitted changes), machine, and one entry per invocation (start, wall seconds, runs it computed), so a sweep that
-    was interrupted and resumed reports the total wall time of all its parts.
+    was interrupted and resumed reports the total wall time of all its parts. ``version`` is the
+    :func:`code_version` taken when the sweep started (default: now).
     """
     import numpy
     import torch
 
     path = Path(folder) / "provenance.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
-    commit, dirty = _git_commit(Path(__file__).resolve().parent)
+    commit, dirty = code_version() if version is None else version
     invocation = {
         "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
         "wall_seconds": round(time.time() - started, 1), "runs_computed": runs_this_invocation,
