@@ -31,7 +31,13 @@ import torch
 from torch import nn
 
 from posenc_ref import fast
-from posenc_ref._checks import check_choice, check_positive_int, check_same_dtype_and_device, check_tensor
+from posenc_ref._checks import (
+    check_choice,
+    check_positions,
+    check_positive_int,
+    check_same_dtype_and_device,
+    check_tensor,
+)
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
 from posenc_ref.learned import LearnedPositionalEmbedding
 from posenc_ref.relative import (
@@ -238,11 +244,13 @@ def reference_attention(
     causal: bool = False,
     scale: float | None = None,
     query_offset: int | None = None,
+    return_weights: bool = False,
     **params,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Attention with a position kind, built from materialized tables: the oracle of ``fast_attention``.
 
-    Same signature and result as :func:`posenc_ref.fast.fast_attention`. ``position`` and its ``params``:
+    Same signature and result as :func:`posenc_ref.fast.fast_attention`; ``return_weights`` (this oracle
+    only) also returns the attention weights ``(batch, heads, q_len, k_len)``. ``position`` and its ``params``:
 
     - ``"none"``: no params.
     - ``"rope"``: ``inv_freq`` ``(head_dim/2,)``, ``layout``, ``attention_factor``; rotate q at the query
@@ -257,7 +265,7 @@ def reference_attention(
     params = validate_position_params(position, params, q=q, k=k)
     q_len, k_len = q.shape[2], k.shape[2]
     offset = resolve_query_offset(q_len, k_len, query_offset)
-    options = {"causal": causal, "scale": scale, "query_offset": offset}
+    options = {"causal": causal, "scale": scale, "query_offset": offset, "return_weights": return_weights}
 
     if position == "rope":
         rotation = {"inv_freq": params["inv_freq"], "layout": params["layout"],
@@ -294,22 +302,32 @@ def reference_attention(
 class PositionKind(nn.Module):
     """How one position scheme enters multi-head attention; a subclass overrides one hook.
 
-    - ``encode_input(x, offset)``: absolute schemes add their table to the ``(batch, seq, d_model)`` input.
+    - ``encode_input(x, offset, positions)``: absolute schemes add their table to the ``(batch, seq, d_model)``
+      input.
     - ``attention_params(seq_len)``: relative and rotary schemes name the ``position`` of
       :func:`reference_attention` / ``fast_attention`` and hand it their parameters.
+    - ``rotate(q, k, positions)``: rotary schemes turn queries and keys at explicit positions.
+
+    ``takes_positions``: whether the kind can place tokens at explicit positions ``(seq,)`` rather than
+    ``0 .. seq - 1`` (absolute and rotary kinds; e.g. randomized positions, Ruoss et al. 2023). The
+    relative kinds here compute their offsets from the indices, so they refuse explicit positions.
     """
 
     attention_position = "none"
+    takes_positions = True
 
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__()
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
         return x
 
     def attention_params(self, seq_len: int) -> dict:
         return {}
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
 
 
 POSITION_KINDS: dict[str, type[PositionKind]] = {}
@@ -348,8 +366,8 @@ class SinusoidalPosition(PositionKind):
         super().__init__(d_model, num_heads)
         self.encoding = _build("sinusoidal", SinusoidalPositionalEncoding, d_model, **options)
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
-        return self.encoding(x, offset=offset)
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.encoding(x, offset=offset, positions=positions)
 
 
 @register_position_kind("learned")
@@ -362,8 +380,8 @@ class LearnedPosition(PositionKind):
             raise ValueError("position='learned' needs max_len, the number of rows of the table")
         self.embedding = _build("learned", LearnedPositionalEmbedding, options.pop("max_len"), d_model, **options)
 
-    def encode_input(self, x: torch.Tensor, offset: int) -> torch.Tensor:
-        return self.embedding(x, offset=offset)
+    def encode_input(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.embedding(x, offset=offset, positions=positions)
 
 
 @register_position_kind("shaw")
@@ -371,6 +389,7 @@ class ShawPosition(PositionKind):
     """Shaw et al.'s clipped relative keys and values; option ``max_distance`` (k, default 16)."""
 
     attention_position = "shaw"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int, *, max_distance: int = 16, **options) -> None:
         super().__init__(d_model, num_heads)
@@ -385,6 +404,7 @@ class T5Position(PositionKind):
     """T5's learned bias per log-spaced offset bucket and head."""
 
     attention_position = "t5"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int, **options) -> None:
         super().__init__(d_model, num_heads)
@@ -400,6 +420,7 @@ class AlibiPosition(PositionKind):
     """ALiBi's fixed linear penalty, one slope per head (Press et al. 2022)."""
 
     attention_position = "alibi"
+    takes_positions = False
 
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__(d_model, num_heads)
@@ -429,6 +450,11 @@ class RopePosition(PositionKind):
         inv_freq, attention_factor = rope_frequencies(self.head_dim, base=self.base, scaling=self.scaling,
                                                       seq_len=length)
         return {"inv_freq": inv_freq, "layout": self.layout, "attention_factor": attention_factor}
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q`` and ``k`` ``(batch, heads, seq, head_dim)`` rotated at ``positions`` ``(seq,)``."""
+        params = self.attention_params(int(positions.max()) + 1 if positions.numel() else 0)
+        return apply_rope(q, positions, **params), apply_rope(k, positions, **params)
 
 
 def make_position_kind(position: str, d_model: int, num_heads: int, **options) -> PositionKind:
@@ -482,20 +508,51 @@ class MultiHeadAttention(nn.Module):
         self.value = nn.Linear(d_model, d_model)
         self.output = nn.Linear(d_model, d_model)
 
+    def _check_input(self, x: torch.Tensor, positions: torch.Tensor | None) -> None:
+        check_tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}; got shape {tuple(x.shape)}")
+        if positions is not None:
+            if not self.position.takes_positions:
+                raise ValueError(f"position={self.position_name!r} computes offsets from token indices and takes "
+                                 f"no explicit positions; kinds that do: "
+                                 f"{[name for name, kind in POSITION_KINDS.items() if kind.takes_positions]}")
+            check_positions("positions", positions, x.shape[1])
+
+    def _attend(self, x: torch.Tensor, offset: int, positions: torch.Tensor | None, attend: Callable, **options):
+        """The attention of every head, ``attend(q, k, v, ...)`` with this layer's position kind."""
+        # A kind registered before explicit positions existed overrides encode_input(x, offset) only.
+        x = (self.position.encode_input(x, offset) if positions is None
+             else self.position.encode_input(x, offset, positions))  # (batch, seq, d_model)
+        q, k, v = (self._split_heads(projection(x)) for projection in (self.query, self.key, self.value))
+        if positions is not None and self.position.attention_position == "rope":
+            q, k = self.position.rotate(q, k, positions)  # (batch, heads, seq, head_dim) each
+            return attend(q, k, v, position="none", causal=self.causal, **options)
+        params = self.position.attention_params(x.shape[1])
+        return attend(q, k, v, position=self.position.attention_position, causal=self.causal, **options, **params)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The softmax weights of every head for input ``x`` ``(batch, seq, d_model)``: ``(batch, heads, seq,
+        seq)``, row i the distribution of query i over the keys, computed by :func:`reference_attention`."""
+        self._check_input(x, positions)
+        _, weights = self._attend(x, 0, positions, attend=reference_attention, return_weights=True)
+        return weights
+
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         return x.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
 
-    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        """``x`` ``(batch, seq, d_model)``; ``offset`` is the position of the first token (absolute kinds)."""
-        check_tensor("x", x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}; got shape {tuple(x.shape)}")
-        x = self.position.encode_input(x, offset)  # (batch, seq, d_model)
-        q, k, v = (self._split_heads(projection(x)) for projection in (self.query, self.key, self.value))
-        params = self.position.attention_params(x.shape[1])
-        attend = reference_attention if self.backend == "reference" else fast.fast_attention
-        heads = attend(q, k, v, position=self.position.attention_position, causal=self.causal, **params)
+    def forward(self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(batch, seq, d_model)``; ``offset`` is the position of the first token (absolute kinds).
+
+        ``positions`` (absolute and rotary kinds): a 1-D integer tensor ``(seq,)``, the position of each
+        token instead of ``offset .. offset + seq - 1``. Rotary kinds then rotate q and k at those positions
+        here and attend without a position kind, which is what ``position="rope"`` computes at ``0 .. seq - 1``.
+        """
+        self._check_input(x, positions)
+        heads = self._attend(x, offset, positions, attend=reference_attention if self.backend == "reference"
+                             else fast.fast_attention)  # (batch, heads, seq, head_dim)
         batch, _, seq, _ = heads.shape
         merged = heads.transpose(1, 2).reshape(batch, seq, self.d_model)  # (batch, seq, d_model)
         return self.output(merged)

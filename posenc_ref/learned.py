@@ -18,12 +18,13 @@ from posenc_ref._checks import (
     check_choice,
     check_even_dim,
     check_int,
+    check_positions,
     check_positive_float,
     check_positive_int,
     check_same_dtype_and_device,
     check_tensor,
 )
-from posenc_ref.sinusoidal import SinusoidalPositionalEncoding, _check_embeddings
+from posenc_ref.sinusoidal import SinusoidalPositionalEncoding, _check_embeddings, _rows_at
 
 CONCAT_KINDS: tuple[str, ...] = ("sinusoidal", "learned")
 
@@ -31,27 +32,31 @@ CONCAT_KINDS: tuple[str, ...] = ("sinusoidal", "learned")
 class LearnedPositionalEmbedding(nn.Module):
     r"""A trained table of absolute positions, added to the input: ``forward(x) = x + W[offset : offset + seq]``.
 
-    ``W`` is the parameter ``weight`` of shape ``(max_len, d)``, initialised from ``N(0, 0.02^2)`` as in
-    GPT-2 and BERT. The input and ``weight`` must share a dtype and a device (move the module with ``.to``):
+    ``W`` is the parameter ``weight`` of shape ``(max_len, d)``, initialised from ``N(0, init_std^2)``;
+    the default 0.02 is GPT-2's and BERT's, whose token embeddings start at the same scale. The input and ``weight`` must share a dtype and a device (move the module with ``.to``):
     a trained parameter is not cast behind the caller's back.
 
     Args:
         max_len: the number of positions the table covers, >= 1.
         dim: the model dimension ``d``, >= 1.
+        init_std: the standard deviation of the initial rows, > 0: the scale of the token embeddings the
+            table is added to.
 
     Raises:
-        TypeError / ValueError: for a ``max_len`` or ``dim`` that is not a positive int.
+        TypeError / ValueError: for a ``max_len`` or ``dim`` that is not a positive int, an ``init_std`` that
+            is not a positive number.
     """
 
-    def __init__(self, max_len: int, dim: int) -> None:
+    def __init__(self, max_len: int, dim: int, *, init_std: float = 0.02) -> None:
         super().__init__()
         self.max_len = check_positive_int("max_len", max_len)
         self.dim = check_positive_int("dim", dim)
+        self.init_std = check_positive_float("init_std", init_std)
         self.weight = nn.Parameter(torch.empty(max_len, dim))  # (max_len, d)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
     def table(self, length: int, *, offset: int = 0) -> torch.Tensor:
         """The rows ``W[offset : offset + length]``, shape ``(length, d)``; gradients flow into ``weight``.
@@ -71,21 +76,33 @@ class LearnedPositionalEmbedding(nn.Module):
             )
         return self.weight[offset:needed]  # (length, d)
 
-    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """``x + W[offset : offset + seq]`` for ``x`` of shape (batch, seq, d).
+
+        ``positions``, a 1-D integer tensor ``(seq,)``, gives each token its own row instead
+        (``x + W[positions]``; e.g. the sorted random positions of Ruoss et al. 2023); ``offset`` must then
+        stay 0.
 
         Raises:
             TypeError / ValueError: if ``x`` is not a floating 3-D tensor with last dimension ``d``, has
             another dtype or device than ``weight``, or needs positions beyond ``max_len``; for a bad
-            ``offset``.
+            ``offset`` or ``positions`` (see :class:`~posenc_ref.sinusoidal.SinusoidalPositionalEncoding`).
         """
         _check_embeddings(x, self.dim)
-        rows = self.table(x.shape[1], offset=offset)  # (seq, d)
+        if positions is not None:
+            check_int("offset", offset, minimum=0)
+            check_positions("positions", positions, x.shape[1])
+            if positions.numel() and int(positions.max()) >= self.max_len:
+                raise ValueError(f"positions reach {int(positions.max())} but the table has rows 0 .. "
+                                 f"{self.max_len - 1} (max_len={self.max_len}); use a larger max_len")
+            rows = _rows_at(self, positions, x, offset)  # (seq, d)
+        else:
+            rows = self.table(x.shape[1], offset=offset)  # (seq, d)
         check_same_dtype_and_device(x=x, weight=rows)
         return x + rows  # (batch, seq, d)
 
     def extra_repr(self) -> str:
-        return f"max_len={self.max_len}, dim={self.dim}"
+        return f"max_len={self.max_len}, dim={self.dim}, init_std={self.init_std}"
 
 
 class ConcatPositionalEncoding(nn.Module):

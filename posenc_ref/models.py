@@ -9,10 +9,14 @@ Both are a stack of pre-norm blocks (layer norm before each sub-layer, as in GPT
     h' = u + W_2\, \operatorname{GELU}(W_1 \operatorname{LN}(u)),
 
 followed by a final layer norm and a linear read-out to one logit per vocabulary entry. The encoder's
-attention is bidirectional; the decoder's is causal (position p sees positions <= p). Token embeddings keep
-PyTorch's initialisation :math:`\mathcal{N}(0, 1)` (the scale of the original Transformer's embeddings after
-their :math:`\sqrt{d}` factor); the learned table starts from :math:`\mathcal{N}(0, 0.02^2)`, the standard
-deviation GPT-2 uses for its position table and for its token embeddings alike.
+attention is bidirectional; the decoder's is causal (position p sees positions <= p).
+
+Token embeddings and a learned position table start on **one scale**, :data:`EMBEDDING_STD` = 1:
+:math:`\mathcal{N}(0, 1)` entries, the scale of the sinusoidal table's entries (its rows have norm
+:math:`\sqrt{d/2}`, a token row :math:`\approx \sqrt{d}`) and of the original Transformer's embeddings after
+their :math:`\sqrt{d}` factor. GPT-2 keeps one scale too, 0.02 for both tables. What must not happen is a
+table 50 times smaller than the tokens it is added to: after the first layer norm its rows are then a
+whisper under the tokens, and the model must first learn to amplify them before it can tell positions apart.
 
 Where the position enters depends on its kind, as in the models that made each kind known:
 
@@ -22,6 +26,12 @@ Where the position enters depends on its kind, as in the models that made each k
 - relative and rotary kinds (``"shaw"``, ``"t5"``, ``"alibi"``, ``"rope"``) act inside **every** attention
   layer, as in T5, BLOOM and LLaMA (each layer has its own tables where the kind has parameters);
 - ``"none"`` adds nothing anywhere.
+
+**Randomized positions** (Ruoss et al., 2023), for the kinds that take explicit positions (absolute and
+rotary): with ``random_positions = M``, every forward pass places the n tokens at a sorted random subset of
+``0 .. M - 1`` (drawn from torch's generator) instead of at ``0 .. n - 1``, in training and in evaluation
+alike. Trained on short inputs, the model has then met every position up to M and every gap between
+positions; what stays in distribution on longer inputs is the order of the tokens, not their distances.
 
 Every attention layer is a :class:`posenc_ref.attention.MultiHeadAttention`, so the registry
 :data:`posenc_ref.attention.POSITION_KINDS` decides what kinds exist.
@@ -37,6 +47,9 @@ from posenc_ref.attention import POSITION_KINDS, MultiHeadAttention, PositionKin
 
 MODEL_KINDS: dict[str, bool] = {"encoder": False, "decoder": True}
 """The two model kinds and whether their attention is causal."""
+
+EMBEDDING_STD = 1.0
+"""The standard deviation of the initial token embeddings and learned position rows (see the module doc)."""
 
 
 def is_absolute(position: str) -> bool:
@@ -63,8 +76,8 @@ class TransformerBlock(nn.Module):
             nn.Linear(d_model, feedforward_dim), nn.GELU(), nn.Linear(feedforward_dim, d_model)
         )
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        hidden = hidden + self.attention(self.attention_norm(hidden))  # (batch, seq, d_model)
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        hidden = hidden + self.attention(self.attention_norm(hidden), positions=positions)  # (batch, seq, d_model)
         return hidden + self.feedforward(self.feedforward_norm(hidden))  # (batch, seq, d_model)
 
 
@@ -80,12 +93,17 @@ class TinyTransformer(nn.Module):
         num_layers: number of blocks, >= 1.
         feedforward_dim: hidden width of each block's MLP; default ``4 * d_model``.
         backend: ``"reference"`` or ``"fast"``, passed to every :class:`MultiHeadAttention`.
+        random_positions: M, the range of randomized positions (see the module docstring), at least the
+            longest input; None (the default) places tokens at ``0 .. n - 1``. Only for kinds that take
+            explicit positions (:attr:`~posenc_ref.attention.PositionKind.takes_positions`); a learned table
+            needs ``max_len >= M``.
         **position_options: passed to the position kind: ``max_len`` (required for ``"learned"``: the rows
             of its table), ``max_distance`` (Shaw's clipping distance k; T5's bucket range),
             ``num_buckets``, ``bidirectional`` (T5; default ``not causal``, as in T5's decoder), ``base``,
             ``scaling``, ``layout`` (RoPE), ``base`` (sinusoidal).
 
-    ``forward(tokens)``: ``tokens`` int64 ``(batch, seq)`` -> logits ``(batch, seq, vocabulary_size)``.
+    ``forward(tokens, positions=None)``: ``tokens`` int64 ``(batch, seq)`` -> logits
+    ``(batch, seq, vocabulary_size)``; ``positions`` ``(seq,)`` places the tokens explicitly.
 
     Raises:
         TypeError, ValueError: a bad size, an unknown position kind or backend, an option the kind rejects
@@ -94,7 +112,7 @@ class TinyTransformer(nn.Module):
 
     def __init__(self, vocabulary_size: int, *, position: str, causal: bool, d_model: int = 64,
                  num_heads: int = 4, num_layers: int = 2, feedforward_dim: int | None = None,
-                 backend: str = "reference", **position_options) -> None:
+                 backend: str = "reference", random_positions: int | None = None, **position_options) -> None:
         super().__init__()
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("num_layers", num_layers)
@@ -104,9 +122,23 @@ class TinyTransformer(nn.Module):
                                                                                           feedforward_dim)
         if position == "t5":
             position_options.setdefault("bidirectional", not causal)
+        check_choice("position", position, POSITION_KINDS)
+        if random_positions is not None:
+            check_positive_int("random_positions", random_positions)
+            if not POSITION_KINDS[position].takes_positions:
+                raise ValueError(f"random_positions needs a kind that takes explicit positions "
+                                 f"{[name for name, kind in POSITION_KINDS.items() if kind.takes_positions]}; "
+                                 f"got position={position!r}")
+            if position == "learned" and position_options.get("max_len", random_positions) < random_positions:
+                raise ValueError(f"random_positions={random_positions} needs a learned table of max_len >= "
+                                 f"{random_positions}; got max_len={position_options['max_len']}")
         self.vocabulary_size, self.position_name, self.causal = vocabulary_size, position, causal
+        self.random_positions = random_positions
         self.embedding = nn.Embedding(vocabulary_size, d_model)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=EMBEDDING_STD)
         absolute = is_absolute(position)
+        if position == "learned":
+            position_options.setdefault("init_std", EMBEDDING_STD)
         # An absolute kind is built once, from the registry, and added to the embeddings.
         self.input_position = (make_position_kind(position, d_model, num_heads, **position_options)
                                if absolute else None)
@@ -119,12 +151,16 @@ class TinyTransformer(nn.Module):
         self.final_norm = nn.LayerNorm(d_model)
         self.read_out = nn.Linear(d_model, vocabulary_size)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``(batch, seq, vocabulary_size)`` for int64 ``tokens`` ``(batch, seq)``.
+
+        ``positions`` ``(seq,)``: the position of each token (kinds that take explicit positions); by default
+        ``0 .. seq - 1``, or a fresh sorted random draw from ``0 .. random_positions - 1``.
 
         Raises:
             TypeError, ValueError: ``tokens`` is not a 2-D int64 tensor of ids below ``vocabulary_size``;
-                the learned kind's error when the input needs positions beyond ``max_len``.
+                the learned kind's error when the input needs positions beyond ``max_len``; an input longer
+                than ``random_positions``; bad ``positions``.
         """
         check_tensor("tokens", tokens, ndim=2)
         if tokens.dtype != torch.int64:
@@ -132,12 +168,29 @@ class TinyTransformer(nn.Module):
         if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocabulary_size:
             raise ValueError(f"tokens must be ids in [0, {self.vocabulary_size}); got values in "
                              f"[{int(tokens.min())}, {int(tokens.max())}]")
+        if positions is None and self.random_positions is not None:
+            positions = self.draw_positions(tokens.shape[1], device=tokens.device)  # (seq,)
         hidden = self.embedding(tokens)  # (batch, seq, d_model)
         if self.input_position is not None:
-            hidden = self.input_position.encode_input(hidden, 0)  # (batch, seq, d_model)
+            hidden = (self.input_position.encode_input(hidden, 0) if positions is None
+                      else self.input_position.encode_input(hidden, 0, positions))  # (batch, seq, d_model)
+            positions = None  # the layers of an absolute model attend without positions
         for block in self.blocks:
-            hidden = block(hidden)  # (batch, seq, d_model)
+            hidden = block(hidden, positions)  # (batch, seq, d_model)
         return self.read_out(self.final_norm(hidden))  # (batch, seq, vocabulary_size)
+
+    def draw_positions(self, length: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A sorted random subset of ``0 .. random_positions - 1`` of ``length`` entries, int64 ``(length,)``.
+
+        Raises:
+            ValueError: the model has no ``random_positions``, or ``length`` exceeds it.
+        """
+        if self.random_positions is None:
+            raise ValueError("this model places tokens at 0 .. n - 1: it was built without random_positions")
+        if length > self.random_positions:
+            raise ValueError(f"an input of {length} tokens needs more than random_positions="
+                             f"{self.random_positions} distinct positions; build the model with a larger range")
+        return torch.randperm(self.random_positions)[:length].sort().values.to(device)  # (length,)
 
     def position_parameter_count(self) -> int:
         """Number of trained parameters that belong to the position kind (0 for fixed kinds)."""

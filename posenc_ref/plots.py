@@ -28,9 +28,12 @@ __all__ = [
     "plot_binary_counter",
     "plot_curve_panels",
     "plot_curves",
+    "plot_curves_with_spread",
     "plot_encoding_dimensions",
     "plot_grouped_bars",
     "plot_heatmaps",
+    "plot_interval_panels",
+    "plot_map_grid",
     "plot_marked_curves",
     "plot_plane_vectors",
     "plot_position_doors",
@@ -667,4 +670,208 @@ def plot_position_doors(doors: Mapping[str, Sequence[str]]) -> Figure:
                           xytext=(1.0 if left else 0.0, 0.5), textcoords=box,
                           arrowprops={"arrowstyle": "->", "color": colour, "linewidth": 1.5,
                                       "shrinkA": 4, "shrinkB": 6})
+    return figure
+
+
+def _runs_array(name: str, values: Any, width: int) -> np.ndarray:
+    """``values`` as a ``(runs, width)`` float array: one row per run (a 1-D array is one run)."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    one_run = isinstance(values, np.ndarray | Sequence) and len(values) > 0 and np.isscalar(values[0])
+    array = _as_array(name, values, ndim=1)[np.newaxis] if one_run else _as_array(name, values, ndim=2)
+    if array.shape[0] == 0 or array.shape[1] != width:
+        raise ValueError(f"{name} must have shape (runs, {width}) with at least one run, got {array.shape}")
+    return array
+
+
+def _grid_shape(panels: int, columns: int | None) -> tuple[int, int]:
+    """(rows, columns) of a grid of ``panels`` panels with at most ``columns`` per row (default: one row)."""
+    columns = panels if columns is None else columns
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise ValueError(f"columns must be a positive int, got {columns!r}")
+    columns = min(columns, panels)
+    return -(-panels // columns), columns
+
+
+def plot_curves_with_spread(
+    x: Any,
+    panels: Mapping[str, Mapping[str, Any]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    columns: int | None = None,
+    boundary: float | None = None,
+    boundary_label: str | None = None,
+    references: Mapping[str, Any] | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> Figure:
+    """Curves over several runs: for each label the mean over runs as a line and the band from the smallest to
+    the largest run at each ``x``, in a grid of panels that share their axes and one legend.
+
+    Args:
+        x: 1-D array of abscissae, shared by every curve.
+        panels: panel title -> (curve label -> ``(runs, len(x))`` array, one row per run, e.g. per seed; a
+            1-D array is one run and draws no band); a label keeps its colour in every panel.
+        xlabel, ylabel: the labels of the axes (the vertical label on the first column only).
+        columns: panels per row (default: all in one row).
+        boundary: draw a dashed vertical line at this ``x`` in every panel (e.g. the training length).
+        boundary_label: the legend entry of the boundary line.
+        references: label -> 1-D array of ``len(x)`` ordinates drawn dotted in black in every panel (e.g. the
+            entropy of uniform attention).
+        ylim: the vertical range of every panel.
+
+    Returns:
+        A figure with one axes per panel (unused cells of the grid removed); in each, per curve one line (the
+        mean) and one filled band (min to max over runs).
+
+    Raises:
+        ValueError: if ``panels`` or a panel is empty, ``columns`` is not a positive int, or an array's shape
+            does not match ``x``.
+    """
+    _check_not_empty("panels", panels)
+    abscissae = _as_array("x", x, ndim=1)
+    rows, columns = _grid_shape(len(panels), columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.6, 2.8 * rows + 0.4),
+                                layout="constrained", squeeze=False, sharex=True, sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels: list[str] = []
+    handles: dict[str, Any] = {}
+    for index, (title, curves) in enumerate(panels.items()):
+        axis = axes[index // columns][index % columns]
+        _check_not_empty(f"panels[{title!r}]", curves)
+        for label, values in curves.items():
+            runs = _runs_array(f"panels[{title!r}][{label!r}]", values, abscissae.shape[0])  # (runs, len(x))
+            if label not in labels:
+                labels.append(label)
+            colour = colours[labels.index(label) % len(colours)]
+            (line,) = axis.plot(abscissae, runs.mean(axis=0), color=colour, marker="o", markersize=2.5,
+                                linewidth=1.2, label=label)
+            handles.setdefault(label, line)
+            if runs.shape[0] > 1:
+                axis.fill_between(abscissae, runs.min(axis=0), runs.max(axis=0), color=colour, alpha=0.15,
+                                  linewidth=0)
+        for label, values in (references or {}).items():
+            ordinates = _as_array(f"references[{label!r}]", values, ndim=1)
+            if ordinates.shape != abscissae.shape:
+                raise ValueError(f"references[{label!r}] has {ordinates.shape[0]} values but x has "
+                                 f"{abscissae.shape[0]}")
+            handles.setdefault(label, axis.plot(abscissae, ordinates, color="black", linestyle=":",
+                                                linewidth=1.5, label=label)[0])
+        if boundary is not None:
+            handles.setdefault(boundary_label or "boundary", axis.axvline(
+                boundary, color="black", linestyle="--", linewidth=1, label=boundary_label or "boundary"))
+        axis.set_title(title, fontsize=10)
+        if index // columns == rows - 1:
+            axis.set_xlabel(xlabel)
+        if index % columns == 0:
+            axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3)
+        if ylim is not None:
+            axis.set_ylim(*ylim)
+    for index in range(len(panels), rows * columns):
+        figure.delaxes(axes[index // columns][index % columns])
+    figure.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
+    return figure
+
+
+def plot_interval_panels(
+    categories: Sequence[str],
+    panels: Mapping[str, Mapping[str, Any]],
+    *,
+    ylabel: str,
+    columns: int | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> Figure:
+    """Means with their min-max range over runs, side by side: per panel, for each category one marker per
+    group at the mean over runs, with an error bar from the smallest to the largest run.
+
+    Args:
+        categories: the labels along the horizontal axis (e.g. the rules compared).
+        panels: panel title -> (group label -> ``(runs, len(categories))`` array, one row per run); a group
+            keeps its colour and horizontal offset in every panel.
+        ylabel: the label of the vertical axis (first column only).
+        columns: panels per row (default: all in one row).
+        ylim: the vertical range of every panel.
+
+    Returns:
+        A figure with one axes per panel; in each, one error-bar container per group.
+
+    Raises:
+        ValueError: if ``categories``, ``panels`` or a panel is empty, ``columns`` is not a positive int, or an
+            array's shape does not match the categories.
+    """
+    _check_not_empty("categories", categories)
+    _check_not_empty("panels", panels)
+    rows, columns = _grid_shape(len(panels), columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(0.55 * len(categories) * columns + 2.4, 2.9 * rows + 0.4),
+                                layout="constrained", squeeze=False, sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    groups: list[str] = []
+    handles: dict[str, Any] = {}
+    centres = np.arange(len(categories))
+    for index, (title, by_group) in enumerate(panels.items()):
+        axis = axes[index // columns][index % columns]
+        _check_not_empty(f"panels[{title!r}]", by_group)
+        for group, values in by_group.items():
+            runs = _runs_array(f"panels[{title!r}][{group!r}]", values, len(categories))  # (runs, categories)
+            if group not in groups:
+                groups.append(group)
+            slot = groups.index(group)
+            mean = runs.mean(axis=0)
+            offset = (slot - 0.5) * 0.25 if len(by_group) <= 2 else (slot - (len(by_group) - 1) / 2) * 0.2
+            container = axis.errorbar(centres + offset, mean, yerr=[mean - runs.min(axis=0), runs.max(axis=0) - mean],
+                                      fmt="o", markersize=4, capsize=2, color=colours[slot % len(colours)],
+                                      label=group)
+            handles.setdefault(group, container)
+        axis.set_xticks(centres, labels=list(categories), rotation=45, ha="right")
+        axis.set_title(title, fontsize=10)
+        if index % columns == 0:
+            axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3, axis="y")
+        if ylim is not None:
+            axis.set_ylim(*ylim)
+    for index in range(len(panels), rows * columns):
+        figure.delaxes(axes[index // columns][index % columns])
+    figure.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
+    return figure
+
+
+def plot_map_grid(
+    maps: Sequence[Any],
+    titles: Sequence[str],
+    *,
+    columns: int,
+    colorbar_label: str = "attention weight",
+    xlabel: str = "key",
+    ylabel: str = "query",
+) -> Figure:
+    """Maps in a grid of ``columns`` panels per row, on one colour scale from 0 to 1 (attention weights).
+
+    The maps may differ in size (e.g. a short and a long input of one model side by side); each is drawn with
+    row 0 at the top, without tick labels, under its title. Unused cells of the last row are removed.
+
+    Raises:
+        ValueError: if ``maps`` is empty, ``titles`` has another length, ``columns`` is not a positive int,
+            or a map is not 2-D.
+    """
+    _check_not_empty("maps", maps)
+    _check_same_length("maps", maps, "titles", titles)
+    rows, columns = _grid_shape(len(maps), columns)
+    arrays = [_as_array(f"maps[{index}]", map_, ndim=2) for index, map_ in enumerate(maps)]
+    figure, axes = plt.subplots(rows, columns, figsize=(2.1 * columns + 1.0, 2.1 * rows), layout="constrained",
+                                squeeze=False)
+    drawn = []
+    for index, (array, title) in enumerate(zip(arrays, titles, strict=True)):
+        axis = axes[index // columns][index % columns]
+        drawn.append(axis)
+        image = axis.imshow(array, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+        axis.set_xticks([])
+        axis.set_yticks([])
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel(xlabel, fontsize=8)
+        if index % columns == 0:
+            axis.set_ylabel(ylabel, fontsize=8)
+    for index in range(len(arrays), rows * columns):
+        figure.delaxes(axes[index // columns][index % columns])
+    figure.colorbar(image, ax=drawn, shrink=0.6, label=colorbar_label)
     return figure

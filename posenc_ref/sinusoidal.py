@@ -34,6 +34,7 @@ from posenc_ref._checks import (
     check_choice,
     check_even_dim,
     check_int,
+    check_positions,
     check_positive_float,
     check_positive_int,
     check_probability,
@@ -187,6 +188,18 @@ def shift_matrix(k: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype 
     return torch.block_diag(*blocks).to(dtype)  # (d, d)
 
 
+def _rows_at(module: nn.Module, positions: torch.Tensor, x: torch.Tensor, offset: int) -> torch.Tensor:
+    """The rows ``module.table(max + 1)[positions]``, shape ``(seq, d)``, as the table holds them."""
+    check_positions("positions", positions, x.shape[1])
+    if offset:
+        raise ValueError(f"give either offset or positions, not both; got offset={offset} and positions")
+    if positions.device != x.device:
+        raise ValueError(f"positions are on {positions.device} but x is on {x.device}; they must be on one device")
+    needed = int(positions.max()) + 1 if positions.numel() else 0
+    table = module.table(needed)  # (needed, d)
+    return table[positions.to(table.device).long()]  # (seq, d)
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the sinusoidal table to token embeddings, as in the original Transformer.
 
@@ -245,16 +258,24 @@ class SinusoidalPositionalEncoding(nn.Module):
             )
         return self.cached_table[offset:needed]  # (length, d)
 
-    def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """``dropout(x_scaled + PE[offset : offset + seq])`` for ``x`` of shape (batch, seq, d).
 
+        ``positions``, a 1-D integer tensor ``(seq,)``, gives each token its own position instead
+        (``x_scaled + PE[positions]``; e.g. the sorted random positions of Ruoss et al. 2023); ``offset`` must
+        then stay 0.
+
         Raises:
-            TypeError / ValueError: if ``x`` is not a floating 3-D tensor with last dimension ``d``, or
-            ``offset`` is not an int >= 0.
+            TypeError / ValueError: if ``x`` is not a floating 3-D tensor with last dimension ``d``, ``offset``
+            is not an int >= 0, ``positions`` is not a 1-D integer tensor of ``seq`` entries >= 0, or both
+            ``offset`` and ``positions`` are given.
         """
         _check_embeddings(x, self.dim)
         check_int("offset", offset, minimum=0)
-        rows = self.table(x.shape[1], offset=offset).to(dtype=x.dtype, device=x.device)  # (seq, d)
+        if positions is not None:
+            rows = _rows_at(self, positions, x, offset).to(dtype=x.dtype, device=x.device)  # (seq, d)
+        else:
+            rows = self.table(x.shape[1], offset=offset).to(dtype=x.dtype, device=x.device)  # (seq, d)
         scaled = x * math.sqrt(self.dim) if self.scale_embeddings else x
         return self.dropout(scaled + rows)  # (batch, seq, d)
 

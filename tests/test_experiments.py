@@ -3,6 +3,8 @@
 import csv
 import dataclasses
 import itertools
+import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +18,6 @@ from posenc_ref.experiments import (
     CSV_COLUMNS,
     FULL_SETTINGS,
     QUICK_SETTINGS,
-    LengthGeneralizationSettings,
     format_table,
     main,
     mean_accuracy,
@@ -69,7 +70,8 @@ def test_python_dash_m_runs_the_command(tmp_path):
     assert completed.returncode == 0, completed.stderr
     header, rows = read_csv(tmp_path / "results.csv")
     assert header == list(CSV_COLUMNS)
-    assert len(rows) == len(QUICK_SETTINGS.eval_lengths) and {row["position"] for row in rows} == {"alibi"}
+    assert len(rows) == len(QUICK_SETTINGS.eval_lengths) * len(QUICK_SETTINGS.tasks) * len(QUICK_SETTINGS.seeds)
+    assert {row["position"] for row in rows} == {"alibi"}
 
 
 def test_cli_names_a_bad_option():
@@ -80,7 +82,7 @@ def test_cli_names_a_bad_option():
 def test_position_options_size_every_table_for_the_lengths_it_meets():
     # bites at length 24: 24 tokens, the separator and two answer tokens.
     assert QUICK_SETTINGS.position_options("learned", "decoder", "bites") == {"max_len": 24 + 1 + 2}
-    assert FULL_SETTINGS.position_options("learned", "encoder", "recall") == {"max_len": 2 * 48 + 2 + 1}
+    assert FULL_SETTINGS.position_options("learned", "encoder", "recall") == {"max_len": 2 * 24 + 2 + 1}
     assert QUICK_SETTINGS.position_options("shaw", "encoder", "bites") == {"max_distance": 8}
     assert QUICK_SETTINGS.position_options("t5", "encoder", "bites") == {"num_buckets": 16, "max_distance": 8}
     assert QUICK_SETTINGS.position_options("t5", "decoder", "bites") == {"num_buckets": 8, "max_distance": 8}
@@ -105,7 +107,12 @@ def test_every_t5_bucket_and_shaw_row_is_reached_by_offsets_inside_the_training_
 
 def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the_training_length():
     assert set(FULL_SETTINGS.tasks) == {"copy", "reverse", "bites", "recall"}
-    assert len(FULL_SETTINGS.seeds) >= 3
+    assert len(FULL_SETTINGS.seeds) >= 5 and set(FULL_SETTINGS.models) == {"encoder", "decoder"}
+    from posenc_ref.experiments import RANDOMIZED_SETTINGS
+
+    assert set(RANDOMIZED_SETTINGS.randomized) == set(RANDOMIZED_SETTINGS.positions) == {"sinusoidal", "learned",
+                                                                                         "rope"}
+    assert {run.randomized for run in RANDOMIZED_SETTINGS.runs()} == {False, True}
     assert max(FULL_SETTINGS.eval_lengths) == 3 * FULL_SETTINGS.train_length
     assert FULL_SETTINGS.num_symbols >= max(FULL_SETTINGS.eval_lengths)  # recall's keys are distinct
 
@@ -162,7 +169,127 @@ def test_format_table_has_a_line_per_position_and_marks_the_trained_lengths():
         format_table(fake_rows(), lengths=[6])
 
 
-def test_settings_are_a_frozen_dataclass_with_the_quick_defaults():
-    assert LengthGeneralizationSettings() == QUICK_SETTINGS
+def test_quick_settings_are_the_live_run_of_several_seeds_on_two_tasks():
+    assert len(QUICK_SETTINGS.seeds) >= 3 and set(QUICK_SETTINGS.tasks) == {"bites", "copy"}
+    assert set(QUICK_SETTINGS.positions) == set(POSITION_KINDS) and QUICK_SETTINGS.models == ("decoder",)
     with pytest.raises(dataclasses.FrozenInstanceError):
         QUICK_SETTINGS.max_steps = 5
+
+
+# Resumable sweeps, parallel runs, provenance, randomized positions.
+
+def measured(rows):
+    """Rows without their training time, the one column that differs from one run to the next."""
+    return [{key: value for key, value in row.items() if key != "train_seconds"} for row in rows]
+
+
+TINY = dataclasses.replace(QUICK_SETTINGS, positions=("alibi", "rope"), models=("decoder",), tasks=("bites",),
+                           seeds=(0, 1), max_steps=2, eval_examples=4, eval_lengths=(4, 8, 12))
+
+
+def test_an_interrupted_sweep_continues_where_it_stopped_and_gives_the_same_rows(tmp_path, monkeypatch):
+    from posenc_ref import experiments
+
+    whole = run_length_generalization(TINY, out_dir=tmp_path / "whole", progress=False, verbose=False,
+                                      plots=False)
+    trained = []
+    original = experiments._train_and_score
+
+    def fails_on_the_third_run(job):
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        trained.append(job.run.key)
+        return original(job)
+
+    monkeypatch.setattr(experiments, "_train_and_score", fails_on_the_third_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False, plots=False)
+    assert sorted(path.stem for path in (tmp_path / "cut" / "runs").glob("*.json")) == sorted(trained)
+    assert not (tmp_path / "cut" / "results.csv").exists()
+    monkeypatch.setattr(experiments, "_train_and_score", original)
+    resumed = run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False,
+                                        plots=False)
+    assert measured(resumed) == measured(whole)
+    provenance = json.loads((tmp_path / "cut" / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [2]  # the cut one wrote none
+    assert provenance["runs"] == 4 and provenance["settings"]["seeds"] == [0, 1]
+    assert provenance["versions"]["torch"] == torch.__version__
+    assert provenance["invocations"][0]["machine"]["cores"] == os.cpu_count()
+    again = run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False, plots=False)
+    assert again == resumed  # read back from the saved runs, seconds included
+    provenance = json.loads((tmp_path / "cut" / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [2, 0]
+
+
+def test_other_settings_are_refused_in_a_folder_of_saved_runs_unless_restarted(tmp_path):
+    run_length_generalization(TINY, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    other = dataclasses.replace(TINY, max_steps=3)
+    with pytest.raises(ValueError, match=r"differ in \['max_steps'\]"):
+        run_length_generalization(other, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    rows = run_length_generalization(other, out_dir=tmp_path, progress=False, verbose=False, plots=False,
+                                     resume=False)
+    assert {row["train_steps"] for row in rows} <= {1, 2, 3}
+    assert json.loads((tmp_path / "settings.json").read_text())["max_steps"] == 3
+
+
+def test_parallel_runs_give_the_rows_of_serial_runs(tmp_path):
+    # Enough steps and examples that the scores depend on every weight: a difference would show.
+    settings = dataclasses.replace(TINY, seeds=(0,), max_steps=60, eval_examples=64)
+    serial = run_length_generalization(settings, out_dir=tmp_path / "serial", progress=False, verbose=False,
+                                       plots=False)
+    parallel = run_length_generalization(settings, out_dir=tmp_path / "parallel", progress=False, verbose=False,
+                                         plots=False, jobs=2)
+    assert len({row["accuracy"] for row in serial}) > 2
+    assert measured(parallel) == measured(serial)
+
+
+def test_randomized_variants_follow_their_kind_and_are_labelled(tmp_path):
+    settings = dataclasses.replace(TINY, positions=("learned", "rope", "alibi"), randomized=("rope", "learned"),
+                                   seeds=(0,))
+    assert [run.key for run in settings.runs()] == [
+        "bites-decoder-learned-seed0", "bites-decoder-learned+random-seed0", "bites-decoder-rope-seed0",
+        "bites-decoder-rope+random-seed0", "bites-decoder-alibi-seed0"]
+    longest = 12 + 1 + 2  # bites: the sentence, the separator and the two answer tokens
+    assert settings.random_positions == longest
+    assert dataclasses.replace(settings, random_range=2.5).random_positions == math.ceil(2.5 * longest)
+    assert settings.position_options("learned", "decoder", "bites", randomized=True) == {"max_len": longest}
+    rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    assert list(mean_accuracy(rows, model="decoder", task="bites")) == [
+        "learned", "learned+random", "rope", "rope+random", "alibi"]
+    header, saved = read_csv(tmp_path / "results.csv")
+    assert header == list(CSV_COLUMNS)
+    assert {(row["position"], row["randomized"]) for row in saved} == {
+        ("learned", "False"), ("learned", "True"), ("rope", "False"), ("rope", "True"), ("alibi", "False")}
+
+
+@pytest.mark.parametrize(("randomized", "match"), [
+    (("alibi",), "randomized must be one of"), (("sinusoidal",), "must also be in positions"),
+])
+def test_randomized_kinds_are_checked(randomized, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, randomized=randomized)
+
+
+def test_random_range_below_one_is_refused():
+    with pytest.raises(ValueError, match="random_range must be a real number >= 1"):
+        dataclasses.replace(TINY, random_range=0.5)
+
+
+def test_the_position_free_encoder_gets_the_short_budget(tmp_path):
+    from posenc_ref.experiments import POSITION_FREE_ENCODER_STEPS
+
+    settings = dataclasses.replace(TINY, positions=("none",), models=("encoder", "decoder"), seeds=(0,),
+                                   max_steps=POSITION_FREE_ENCODER_STEPS + 25, eval_lengths=(4,))
+    rows = run_length_generalization(settings, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    steps = {row["model"]: row["train_steps"] for row in rows}
+    assert steps["encoder"] == POSITION_FREE_ENCODER_STEPS and steps["decoder"] > POSITION_FREE_ENCODER_STEPS
+
+
+def test_read_results_gives_back_the_rows_written(tmp_path):
+    rows = run_length_generalization(TINY, out_dir=tmp_path, progress=False, verbose=False, plots=False)
+    from posenc_ref.experiments import read_results
+
+    assert read_results(tmp_path / "results.csv") == rows
+    (tmp_path / "other.csv").write_text("position,accuracy\nrope,0.5\n")
+    with pytest.raises(ValueError, match="expected"):
+        read_results(tmp_path / "other.csv")

@@ -204,3 +204,24 @@ def test_concat_forward_rejects_bad_input(x, offset, error, match):
 def test_output_dim_rejects_non_positive_int(input_dim, error):
     with pytest.raises(error, match="input_dim"):
         ConcatPositionalEncoding(4).output_dim(input_dim)
+
+
+def test_explicit_positions_pick_their_rows_and_exclude_an_offset():
+    torch.manual_seed(0)
+    table = LearnedPositionalEmbedding(10, 4)
+    x = torch.randn(2, 3, 4)
+    out = table(x, positions=torch.tensor([1, 4, 9]))
+    torch.testing.assert_close(out, x + table.weight.detach()[[1, 4, 9]].unsqueeze(0))
+    with pytest.raises(ValueError, match="either offset or positions"):
+        table(x, offset=2, positions=torch.tensor([1, 4, 9]))
+    with pytest.raises(ValueError, match="3 entries"):
+        table(x, positions=torch.tensor([1, 4]))
+    with pytest.raises(TypeError, match="integer"):
+        table(x, positions=torch.tensor([1.0, 4.0, 5.0]))
+
+
+def test_init_std_sets_the_scale_and_is_checked():
+    torch.manual_seed(0)
+    assert abs(LearnedPositionalEmbedding(256, 128, init_std=1.0).weight.std().item() - 1.0) < 0.02
+    with pytest.raises(ValueError, match="init_std"):
+        LearnedPositionalEmbedding(4, 4, init_std=0.0)

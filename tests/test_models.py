@@ -110,12 +110,12 @@ def test_sinusoidal_model_feeds_embedding_plus_the_paper_table_to_the_first_bloc
     torch.testing.assert_close(seen["x"][0], expected, atol=1e-5, rtol=1e-5)
 
 
-def test_token_embeddings_start_at_unit_scale_and_the_learned_table_at_gpt2_scale():
+def test_token_embeddings_and_the_learned_table_start_on_one_scale():
     torch.manual_seed(0)
     model = TinyTransformer(500, position="learned", causal=True, d_model=64, max_len=500)
     embedding_std = model.embedding.weight.std().item()
     table_std = model.input_position.embedding.weight.std().item()
-    assert abs(embedding_std - 1.0) < 0.05 and abs(table_std - 0.02) < 0.001
+    assert abs(embedding_std - 1.0) < 0.05 and abs(table_std - 1.0) < 0.05
 
 
 @pytest.mark.parametrize(("position", "options", "expected"), [
@@ -163,3 +163,79 @@ def test_learned_model_refuses_inputs_longer_than_its_table_and_names_max_len():
 def test_bad_arguments_are_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# Explicit and randomized positions (Ruoss et al., 2023): absolute and rotary kinds only.
+
+
+def test_explicit_positions_feed_the_paper_table_rows_at_those_positions():
+    model = make("sinusoidal", causal=False)
+    inputs, positions = tokens(1, 4), torch.tensor([2, 9, 10, 40])
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda module, arguments: seen.setdefault("x", arguments[0]))
+    with torch.no_grad():
+        model(inputs, positions)
+    table = torch.zeros(4, D_MODEL)
+    for row, p in enumerate(positions.tolist()):
+        for i in range(D_MODEL // 2):
+            angle = p / 10000 ** (2 * i / D_MODEL)
+            table[row, 2 * i], table[row, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    torch.testing.assert_close(seen["x"][0], model.embedding.weight[inputs[0]] + table, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["none", "sinusoidal", "learned", "rope"])
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_positions_zero_to_n_minus_one_are_the_default(position, backend):
+    model, inputs = make(position, causal=True, backend=backend), tokens(2, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs, torch.arange(7)), model(inputs), atol=0, rtol=0)
+
+
+def test_rope_logits_depend_on_position_differences_only():
+    model, inputs = make("rope", causal=False), tokens(2, 5)
+    positions = torch.tensor([0, 3, 4, 11, 12])
+    with torch.no_grad():
+        shifted, base = model(inputs, positions + 17), model(inputs, positions)
+        stretched = model(inputs, positions * 2)
+    torch.testing.assert_close(shifted, base, atol=1e-4, rtol=1e-4)
+    assert (stretched - base).abs().max() > 1e-2  # other gaps, other logits
+
+
+@pytest.mark.parametrize("position", ["shaw", "t5", "alibi"])
+def test_relative_kinds_refuse_explicit_and_random_positions(position):
+    with pytest.raises(ValueError, match="takes no explicit positions"):
+        make(position, causal=True)(tokens(1, 4), torch.tensor([0, 2, 4, 6]))
+    with pytest.raises(ValueError, match="random_positions needs a kind that takes explicit positions"):
+        make(position, causal=True, random_positions=32)
+
+
+def test_random_positions_are_a_fresh_sorted_subset_of_the_range_at_every_pass():
+    model = make("rope", causal=True, random_positions=40)
+    torch.manual_seed(3)
+    draws = [model.draw_positions(10) for _ in range(50)]
+    for draw in draws:
+        assert draw.dtype == torch.int64 and draw.shape == (10,)
+        assert (draw[1:] > draw[:-1]).all() and 0 <= int(draw[0]) and int(draw[-1]) < 40
+    assert len({tuple(draw.tolist()) for draw in draws}) == 50
+    assert max(int(draw[-1]) for draw in draws) >= 35  # the whole range is used, not 0 .. 9
+    inputs = tokens(2, 10)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        first = model(inputs)
+        torch.manual_seed(0)
+        again = model(inputs)
+        different = model(inputs)
+    torch.testing.assert_close(first, again, atol=0, rtol=0)  # torch's generator decides the draw
+    assert (different - first).abs().max() > 1e-4
+
+
+def test_random_positions_range_is_checked():
+    with pytest.raises(ValueError, match="max_len >= 64"):
+        make("learned", causal=True, random_positions=64, max_len=32)
+    model = make("learned", causal=True, random_positions=8, max_len=8)
+    with pytest.raises(ValueError, match="random_positions=8"):
+        model(tokens(1, 9))
+    with pytest.raises(ValueError, match="positions reach 40"):
+        make("learned", causal=True)(tokens(1, 3), torch.tensor([0, 1, 40]))
+    with pytest.raises(ValueError, match="without random_positions"):
+        make("rope", causal=True).draw_positions(3)

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from posenc_ref import plots
@@ -407,3 +408,107 @@ def test_position_doors_leave_out_a_door_without_kinds():
 def test_position_doors_reject_an_unknown_door_no_kind_and_a_kind_twice(doors, message):
     with pytest.raises(ValueError, match=message):
         plots.plot_position_doors(doors)
+
+
+# ---------------------------------------------------------------- plot_curves_with_spread
+
+
+def band_vertices(collection) -> np.ndarray:
+    """The (x, y) vertices of a filled band drawn by ``fill_between``."""
+    return np.concatenate([path.vertices for path in collection.get_paths()])
+
+
+def test_curves_with_spread_draw_the_mean_and_a_band_from_the_lowest_to_the_highest_run():
+    x = [3, 4, 5]
+    runs = np.array([[1.0, 0.5, 0.0], [0.8, 0.9, 0.2], [0.6, 0.1, 0.1]])  # (seeds, lengths)
+    figure = plots.plot_curves_with_spread(x, {"bites": {"rope": runs, "alibi": runs[:1]}}, xlabel="n",
+                                           ylabel="exact match", boundary=4.5, boundary_label="L")
+    (axis,) = figure.axes
+    rope, alibi = axis.get_lines()[:2]
+    np.testing.assert_allclose(rope.get_ydata(), [0.8, 0.5, 0.1])
+    np.testing.assert_array_equal(alibi.get_ydata(), runs[0])
+    (band,) = axis.collections  # one run draws no band
+    vertices = band_vertices(band)
+    upper = {(x_, y) for x_, y in zip(x, [1.0, 0.9, 0.2], strict=True)}
+    lower = {(x_, y) for x_, y in zip(x, [0.6, 0.1, 0.0], strict=True)}
+    drawn = {(float(a), float(b)) for a, b in vertices}
+    assert upper <= drawn and lower <= drawn
+    assert vertices[:, 1].min() == 0.0 and vertices[:, 1].max() == 1.0  # nothing outside the runs
+    assert band.get_facecolor()[0][:3] == pytest.approx(to_rgb(rope.get_color()))
+    assert axis.get_lines()[2].get_xdata()[0] == 4.5
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["rope", "alibi", "L"]
+
+
+def test_curves_with_spread_lay_panels_in_a_grid_keep_each_label_in_one_colour_and_draw_references():
+    x = np.arange(4)
+    panels = {title: {"a": np.ones((2, 4)) * index, "b": np.zeros((2, 4))}
+              for index, title in enumerate(["one", "two", "three"])}
+    figure = plots.plot_curves_with_spread(x, panels, xlabel="n", ylabel="y", columns=2,
+                                           references={"ln n": np.log1p(x)}, ylim=(0, 2))
+    assert [axis.get_title() for axis in figure.axes] == ["one", "two", "three"]  # the fourth cell removed
+    for axis in figure.axes:
+        a, b, reference = axis.get_lines()
+        assert (a.get_label(), b.get_label(), reference.get_label()) == ("a", "b", "ln n")
+        assert a.get_color() == figure.axes[0].get_lines()[0].get_color() != b.get_color()
+        np.testing.assert_allclose(reference.get_ydata(), np.log1p(x))
+        assert reference.get_linestyle() == ":" and axis.get_ylim() == (0, 2)
+    assert figure.axes[0].get_ylabel() == "y" and figure.axes[1].get_ylabel() == ""
+
+
+def test_curves_with_spread_reject_a_curve_whose_length_differs_from_x_and_bad_columns():
+    with pytest.raises(ValueError, match=r"panels\['p'\]\['short'\]"):
+        plots.plot_curves_with_spread([1, 2], {"p": {"short": [[1.0], [2.0]]}}, xlabel="x", ylabel="y")
+    with pytest.raises(ValueError, match="columns"):
+        plots.plot_curves_with_spread([1, 2], {"p": {"c": [1.0, 2.0]}}, xlabel="x", ylabel="y", columns=0)
+    with pytest.raises(ValueError, match="references"):
+        plots.plot_curves_with_spread([1, 2], {"p": {"c": [1.0, 2.0]}}, xlabel="x", ylabel="y",
+                                      references={"r": [1.0]})
+
+
+# ---------------------------------------------------------------- plot_interval_panels
+
+
+def test_interval_panels_mark_the_mean_with_an_error_bar_from_the_lowest_to_the_highest_run():
+    runs = np.array([[0.2, 0.9], [0.6, 0.7], [0.4, 0.8]])  # (seeds, categories)
+    figure = plots.plot_interval_panels(["pi", "yarn"], {"3L": {"zero-shot": runs, "fine-tuned": runs + 0.1}},
+                                        ylabel="exact match")
+    (axis,) = figure.axes
+    zero_shot, fine_tuned = axis.containers
+    marker, _, (bars,) = zero_shot
+    np.testing.assert_allclose(marker.get_ydata(), [0.4, 0.8])
+    ends = np.array([segment[:, 1] for segment in bars.get_segments()])  # (categories, 2): bottom, top
+    np.testing.assert_allclose(ends, [[0.2, 0.6], [0.7, 0.9]])
+    assert marker.get_xdata()[0] < 0 < fine_tuned[0].get_xdata()[0] < 1  # side by side around each category
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["pi", "yarn"]
+    assert axis.get_title() == "3L" and axis.get_ylabel() == "exact match"
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["zero-shot", "fine-tuned"]
+
+
+def test_interval_panels_reject_a_group_whose_length_differs_from_the_categories():
+    with pytest.raises(ValueError, match=r"panels\['p'\]\['g'\]"):
+        plots.plot_interval_panels(["a", "b"], {"p": {"g": [[1.0, 2.0, 3.0]]}}, ylabel="y")
+
+
+# ---------------------------------------------------------------- plot_map_grid
+
+
+def test_map_grid_draws_each_map_in_its_cell_on_the_scale_zero_to_one():
+    short, long = np.eye(3), np.full((5, 5), 0.2)
+    figure = plots.plot_map_grid([short, long, long], ["rope, n = 3", "rope, n = 5", "alibi, n = 5"], columns=2)
+    panels = image_axes(figure)
+    assert len(panels) == 3  # the fourth cell of the 2 x 2 grid is removed
+    for panel, expected in zip(panels, [short, long, long], strict=True):
+        np.testing.assert_array_equal(panel.images[0].get_array(), expected)
+        assert panel.images[0].get_clim() == (0.0, 1.0)
+    assert [axis.get_title() for axis in panels] == ["rope, n = 3", "rope, n = 5", "alibi, n = 5"]
+    assert panels[0].get_ylabel() == "query" and panels[1].get_ylabel() == ""
+    assert figure.axes[-1].get_ylabel() == "attention weight"
+
+
+def test_map_grid_rejects_titles_that_do_not_match_the_maps_and_bad_columns():
+    with pytest.raises(ValueError, match="titles"):
+        plots.plot_map_grid([np.eye(2)], ["x", "y"], columns=1)
+    with pytest.raises(ValueError, match="columns"):
+        plots.plot_map_grid([np.eye(2)], ["x"], columns=0)
+    with pytest.raises(ValueError, match=r"maps\[0\]"):
+        plots.plot_map_grid([np.zeros(3)], ["x"], columns=1)

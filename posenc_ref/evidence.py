@@ -1,0 +1,187 @@
+r"""Rankings that the seeds support: intervals over runs, and sentences generated from them.
+
+One training run is one draw. With scores :math:`x_1, \dots, x_n` of one position kind over :math:`n` seeds,
+its **interval** is either the range :math:`[\min_s x_s, \max_s x_s]` (``method="range"``, the default: with
+3 to 5 seeds it is what a reader can check by eye) or a percentile bootstrap interval of the mean
+(``method="bootstrap"``: resample the seeds with replacement ``resamples`` times, take the ``(1 - level) / 2``
+and ``(1 + level) / 2`` quantiles of the resampled means; the resampling generator is seeded, so the
+interval is a function of the scores).
+
+Kind A is **above** kind B only where A's interval lies entirely above B's:
+:math:`\text{low}_A > \text{high}_B`. Otherwise the two are **not separated**, whatever their means say.
+"Above" is a strict partial order: A above B and B above C imply A above C, but two kinds can both be
+separated from a third and not from each other.
+
+:func:`ranking_sentence` turns a set of kinds' scores into the sentence the book prints, so that no ranking is
+written by hand: it names, kind by kind in the order of the means, the kinds it lies above and those it is
+not separated from.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from posenc_ref._checks import check_choice, check_positive_int
+
+INTERVAL_METHODS: tuple[str, ...] = ("range", "bootstrap")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The scores of one kind over its runs: their mean and an interval ``[low, high]``."""
+
+    mean: float
+    low: float
+    high: float
+    runs: int
+
+    def is_above(self, other: Interval) -> bool:
+        """True only where this interval lies entirely above ``other``'s: ``low > other.high``."""
+        return self.low > other.high
+
+    def text(self, digits: int = 2) -> str:
+        """``"0.91 (0.85–0.97)"``: the mean, then the interval."""
+        return f"{self.mean:.{digits}f} ({self.low:.{digits}f}–{self.high:.{digits}f})"
+
+
+def _check_scores(name: str, scores: Sequence[float]) -> list[float]:
+    if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence) or not scores:
+        raise ValueError(f"{name} must be a non-empty sequence of numbers (one per run), got {scores!r}")
+    values = []
+    for score in scores:
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise ValueError(f"{name} must hold finite numbers, got {score!r} in {list(scores)!r}")
+        values.append(float(score))
+    return values
+
+
+def interval(scores: Sequence[float], *, method: str = "range", level: float = 0.95, resamples: int = 2000,
+             seed: int = 0) -> Interval:
+    """The :class:`Interval` of one kind's scores over its runs (see the module docstring).
+
+    Args:
+        scores: one score per run (seed), at least one.
+        method: ``"range"`` (min to max) or ``"bootstrap"`` (percentile interval of the mean).
+        level: coverage of the bootstrap interval, in (0, 1).
+        resamples: bootstrap resamples, >= 1.
+        seed: seed of the resampling generator.
+
+    Raises:
+        ValueError: empty or non-finite scores, an unknown method, a level outside (0, 1).
+    """
+    values = _check_scores("scores", scores)
+    check_choice("method", method, INTERVAL_METHODS)
+    mean = statistics.fmean(values)
+    if method == "range":
+        return Interval(mean=mean, low=min(values), high=max(values), runs=len(values))
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    check_positive_int("resamples", resamples)
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(resamples))
+    lower_index = math.floor((1.0 - level) / 2.0 * (resamples - 1))
+    upper_index = math.ceil((1.0 + level) / 2.0 * (resamples - 1))
+    return Interval(mean=mean, low=means[lower_index], high=means[upper_index], runs=len(values))
+
+
+def intervals(scores_by_kind: Mapping[str, Sequence[float]], **options) -> dict[str, Interval]:
+    """``{kind: interval(scores)}`` for every kind, in the order of the mapping; ``options`` as :func:`interval`.
+
+    Raises:
+        ValueError: an empty mapping; what :func:`interval` raises (the message names the kind).
+    """
+    if not scores_by_kind:
+        raise ValueError("scores_by_kind must name at least one kind")
+    result = {}
+    for kind, scores in scores_by_kind.items():
+        try:
+            result[kind] = interval(scores, **options)
+        except ValueError as error:
+            raise ValueError(f"kind {kind!r}: {error}") from None
+    return result
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Every pair of kinds decided: ``above[a]`` the kinds that ``a`` lies above, ``tied[a]`` those it is
+    not separated from; ``order`` the kinds by decreasing mean (ties by name)."""
+
+    order: tuple[str, ...]
+    intervals: dict[str, Interval]
+    above: dict[str, tuple[str, ...]]
+    tied: dict[str, tuple[str, ...]]
+
+    def separated(self, first: str, second: str) -> bool:
+        """True where one of the two kinds lies above the other."""
+        return second in self.above[first] or first in self.above[second]
+
+
+def rank(scores_by_kind: Mapping[str, Sequence[float]], **options) -> Ranking:
+    """Decide every pair of kinds by their intervals (``options`` as :func:`interval`)."""
+    spans = intervals(scores_by_kind, **options)
+    order = tuple(sorted(spans, key=lambda kind: (-spans[kind].mean, kind)))
+    above = {kind: tuple(other for other in order if spans[kind].is_above(spans[other])) for kind in order}
+    tied = {kind: tuple(other for other in order if other != kind
+                        and not spans[kind].is_above(spans[other]) and not spans[other].is_above(spans[kind]))
+            for kind in order}
+    return Ranking(order=order, intervals=spans, above=above, tied=tied)
+
+
+def _join(names: Sequence[str]) -> str:
+    if len(names) <= 2:
+        return " and ".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def ranking_sentence(scores_by_kind: Mapping[str, Sequence[float]], *, label: Callable[[str], str] = str,
+                     digits: int = 2, **options) -> str:
+    """The ranking the runs support, as one paragraph generated from the numbers.
+
+    Kinds come in the order of their means, each with its mean and interval; for each, the sentence names the
+    kinds it lies above (its interval entirely above theirs) and the kinds it is not separated from. When no
+    pair is separated it says so in one sentence. ``label`` turns a kind's name into the text printed;
+    ``options`` as :func:`interval`.
+
+    >>> ranking_sentence({"alibi": [0.9, 0.95], "t5": [0.2, 0.4], "shaw": [0.3, 0.6]})
+    'alibi 0.93 (0.90–0.95) lies above shaw and t5. shaw 0.45 (0.30–0.60) and t5 0.30 (0.20–0.40) are not separated.'
+    """
+    ranking = rank(scores_by_kind, **options)
+    spans = ranking.intervals
+
+    def named(kind: str) -> str:
+        return f"{label(kind)} {spans[kind].text(digits)}"
+
+    if len(ranking.order) == 1:
+        (kind,) = ranking.order
+        return f"Only {named(kind)} was measured."
+    if not any(ranking.above.values()):
+        return f"{_join([named(kind) for kind in ranking.order])} are not separated: every two intervals overlap."
+    sentences = []
+    described: set[str] = set()
+    for kind in ranking.order:
+        if kind in described:
+            continue
+        # Kinds not separated from this one and above exactly the same kinds share its sentence.
+        group = [kind] + [other for other in ranking.tied[kind]
+                          if other not in described and ranking.above[other] == ranking.above[kind]
+                          and set(ranking.tied[other]) - {kind} == set(ranking.tied[kind]) - {other}]
+        described.update(group)
+        tied_elsewhere = [other for other in ranking.tied[kind] if other not in group]
+        subject = _join([named(member) for member in group])
+        parts = []
+        if len(group) > 1:
+            parts.append("are not separated")
+        if ranking.above[kind]:
+            parts.append(f"{'lie' if len(group) > 1 else 'lies'} above {_join([label(k) for k in ranking.above[kind]])}")
+        if tied_elsewhere:
+            verb = "are" if len(group) > 1 else "is"
+            parts.append(f"{verb} not separated from {_join([label(k) for k in tied_elsewhere])}")
+        if not parts:  # below other kinds and tied with none
+            below = [other for other in ranking.order if kind in ranking.above[other]]
+            parts.append(f"lies below {_join([label(k) for k in below])}")
+        sentences.append(f"{subject} {_join(parts)}.")
+    return " ".join(sentences)

@@ -1,0 +1,61 @@
+"""posenc_ref.sweep: results saved as they finish, resumed, in job order; bad keys named."""
+
+import json
+
+import pytest
+
+from posenc_ref import sweep
+
+
+def square(job):
+    return {"job": job, "square": job * job}
+
+
+def test_results_come_back_in_job_order_and_saved_runs_are_not_run_again(tmp_path):
+    finished = []
+    results = sweep.run_sweep([3, 1, 2], square, folder=tmp_path, key=lambda job: f"job{job}", progress=False,
+                              on_result=lambda job, result: finished.append(job))
+    assert [result["square"] for result in results] == [9, 1, 4] and finished == [3, 1, 2]
+    assert json.loads((tmp_path / "runs" / "job1.json").read_text()) == {"job": 1, "square": 1}
+    (tmp_path / "runs" / "job3.json").write_text(json.dumps({"job": 3, "square": "kept"}))
+    (tmp_path / "runs" / "job2.json").unlink()
+    finished.clear()
+    results = sweep.run_sweep([3, 1, 2], square, folder=tmp_path, key=lambda job: f"job{job}", progress=False,
+                              on_result=lambda job, result: finished.append(job))
+    assert [result["square"] for result in results] == ["kept", 1, 4] and finished == [2]
+
+
+def test_a_failing_run_keeps_the_results_before_it(tmp_path):
+    def fails_on_two(job):
+        if job == 2:
+            raise RuntimeError("run 2 failed")
+        return job
+
+    with pytest.raises(RuntimeError, match="run 2 failed"):
+        sweep.run_sweep([1, 2, 3], fails_on_two, folder=tmp_path, key=str, progress=False)
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["1.json"]
+
+
+def test_worker_processes_give_the_same_results(tmp_path):
+    results = sweep.run_sweep(list(range(5)), square, folder=tmp_path, key=lambda job: f"n{job}", jobs=2,
+                              progress=False)
+    assert [result["square"] for result in results] == [0, 1, 4, 9, 16]
+
+
+@pytest.mark.parametrize(("keys", "match"), [
+    (["a", "a"], "distinct; repeated: \\['a'\\]"), (["a/b", "c"], "file name"), ([".hidden", "c"], "file name"),
+])
+def test_bad_keys_are_named(tmp_path, keys, match):
+    with pytest.raises(ValueError, match=match):
+        sweep.run_sweep([0, 1], square, folder=tmp_path, key=lambda job: keys[job], progress=False)
+
+
+def test_provenance_adds_up_the_invocations(tmp_path):
+    first = sweep.provenance(tmp_path, command=["python", "-m", "x"], settings={"a": 1}, device="cpu", jobs=2,
+                             threads=1, started=0.0, runs=4, runs_this_invocation=3)
+    assert first["command"] == "python -m x" and len(first["invocations"]) == 1
+    second = sweep.provenance(tmp_path, command=["python", "-m", "x"], settings={"a": 1}, device="cpu", jobs=2,
+                              threads=1, started=0.0, runs=4, runs_this_invocation=1)
+    assert [entry["runs_computed"] for entry in second["invocations"]] == [3, 1]
+    assert second["wall_seconds"] == pytest.approx(sum(entry["wall_seconds"] for entry in second["invocations"]))
+    assert second["commit"] is None or len(second["commit"]) == 40
