@@ -59,7 +59,7 @@ from posenc_ref.fast.offset_bias import bias_compute_dtype
 from posenc_ref.relative import relative_position_bucket
 
 BAND_BLOCK = 64  # queries per block with constant tails: bands of B + D - 1 keys, computed together
-AFFINE_BLOCK = 512  # queries per block with affine tails: the tails are cut at block edges, a call each
+AFFINE_BLOCK = 256  # queries per block with affine tails: the tails are cut at block edges, a call each
 
 
 def banded_available() -> bool:
@@ -228,10 +228,15 @@ class ShawBand:
         relative = q_scaled @ self.rel_k_table.transpose(0, 1)  # (batch, heads, rows, 2k+1)
         logits = q_scaled @ k_band.transpose(-2, -1)  # (batch, heads, rows, keys)
         logits.add_(relative.gather(-1, index)).masked_fill_(hidden, float("-inf"))
-        lse = torch.logsumexp(logits, dim=-1)  # (batch, heads, rows)
-        weights = logits.sub_(lse[..., None]).exp_()  # (batch, heads, rows, keys)
+        # softmax and log-sum-exp in place (each new (batch, heads, rows, keys) tensor costs an allocation)
+        largest = logits.amax(dim=-1, keepdim=True)  # (batch, heads, rows, 1)
+        weights = logits.sub_(largest).exp_()  # (batch, heads, rows, keys), unnormalized
+        total = weights.sum(dim=-1, keepdim=True)  # (batch, heads, rows, 1)
+        weights.div_(total)
+        lse = (largest + total.log()).squeeze(-1)  # (batch, heads, rows)
         per_bucket = torch.zeros_like(relative).scatter_add_(-1, index, weights)  # (batch, heads, rows, 2k+1)
-        return weights @ v_band + per_bucket @ self.rel_v_table, lse
+        out = weights @ v_band  # (batch, heads, rows, head_dim)
+        return out.add_(per_bucket @ self.rel_v_table), lse
 
 
 def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, shift: int, scale: float
@@ -274,7 +279,7 @@ def _constant_tail(tail: Tail, side: str, q, k, v, *, scale: float, shift: int) 
         out, lse = out.flip(2), lse.flip(2)
     lse = lse + (tail.at_edge[:, None] if tail.at_edge.ndim == 1 else tail.at_edge)  # (batch, heads, q_len)
     if tail.value is not None:
-        out = out + tail.value
+        out = out.add_(tail.value)  # a new tensor: the kernel's output, or its reversed copy
     return out, lse
 
 
@@ -360,7 +365,8 @@ def _padded_bands(position: BandedPosition, q, k, v, *, block: int, band_rows: i
     hidden_keys = (window_keys < 0) | (window_keys >= k_len)
     front, back = max(0, -first_key), max(0, first_key + (count - 1) * block + width - k_len)
     k_padded, v_padded = (torch.nn.functional.pad(x, (0, 0, front, back)) for x in (k, v))
-    q_padded = torch.nn.functional.pad(q[:, :, :band_rows], (0, 0, 0, count * block - band_rows))
+    q_padded = q if count * block == q.shape[2] else torch.nn.functional.pad(
+        q[:, :, :band_rows], (0, 0, 0, count * block - band_rows))
     for b in range(batch):
         q_blocks = q_padded[b].unflatten(1, (count, block)).transpose(0, 1)  # (count, heads, block, head_dim)
         windows = [x[b].as_strided((count, heads, width, head_dim),
@@ -429,7 +435,8 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position
     for batch_index, start, band_out, band_lse in _bands(position, q, k, v, causal=causal, offset=offset,
                                                           block=block, band_rows=band_rows):
         rows = (batch_index, slice(None), slice(start, start + band_lse.shape[-1]))
-        out[rows] = merge_two(out[rows], lse[rows], band_out, band_lse)[0]
+        difference = band_lse - lse[rows]  # every row of the band has a key there: finite
+        out[rows].lerp_(band_out, torch.sigmoid(difference)[..., None])  # out + w (band - out), in place
     return out
 
 
