@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from posenc_ref.fast import apply_rope_fused, apply_rope_torch, fast_attention
-from posenc_ref.fast.rope_fused import rope_implementation
+from posenc_ref.fast.rope_fused import rope_implementation, rotate_without_autograd
 
 REPO = Path(__file__).resolve().parents[1]
 # One rounding to the output dtype costs at most half an ulp: 2^-8 relative for bfloat16 (8-bit
@@ -107,6 +107,21 @@ def test_torch_fallback_has_the_same_signature_and_result():
         torch.testing.assert_close(actual, expected, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shared_positions", [True, False])
+def test_rotation_for_inference_equals_the_torch_fallback(layout, dtype, shared_positions):
+    generator = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 6, 3, 8, generator=generator).to(dtype).transpose(1, 2)  # (2, 3, 6, 8), not contiguous
+    k = torch.randn(2, 3, 6 if shared_positions else 9, 8, generator=generator).to(dtype)
+    options = {"q_positions": torch.arange(6) + (0 if shared_positions else 3),
+               "k_positions": torch.arange(k.shape[2]), "layout": layout, "attention_factor": 1.3}
+    for actual, expected, x in zip(rotate_without_autograd(q, k, inv_freq_for(8), **options),
+                                   apply_rope_torch(q, k, inv_freq_for(8), **options), (q, k), strict=True):
+        assert actual.dtype == dtype and actual.shape == x.shape
+        torch.testing.assert_close(actual, expected, **TOLERANCE.get(dtype, {"atol": 1e-12, "rtol": 1e-12}))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The Triton kernel itself, run by Triton's interpreter in a fresh process (TRITON_INTERPRET must be set
 # before triton.jit decorates the kernel, i.e. before posenc_ref.fast.rope_triton is imported).
@@ -117,7 +132,7 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     import json, sys
     import torch
     from posenc_ref.fast import rope_triton, apply_rope_fused, fast_attention
-    from posenc_ref.fast.rope_fused import rope_implementation
+    from posenc_ref.fast.rope_fused import rope_implementation, rotate_without_autograd
 
     out_dir = sys.argv[1]
     generator = torch.Generator().manual_seed(0)

@@ -36,7 +36,7 @@ from posenc_ref.fast.banded import banded_available, banded_offset_attention, ch
 from posenc_ref.fast.device import needs_grad
 from posenc_ref.fast.offset_bias import BIAS_POSITIONS, bias_by_offset, bias_compute_dtype
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
-from posenc_ref.fast.rope_fused import rotate_checked
+from posenc_ref.fast.rope_fused import rope_implementation, rotate_checked, rotate_without_autograd
 from posenc_ref.fast.sdpa import sdpa_attention, sdpa_bias_attention
 from posenc_ref.fast.shaw import shaw_attention
 
@@ -147,13 +147,15 @@ def fast_attention(
 
     if position == "rope":
         # positions built here are valid by construction; rotate_checked skips re-checking them on the device
-        q, k = rotate_checked(
-            q, k, params["inv_freq"],
-            q_positions=torch.arange(offset, offset + q_len, device=q.device),  # (q_len,)
-            k_positions=torch.arange(k_len, device=k.device),  # (k_len,)
-            layout=params["layout"], attention_factor=params["attention_factor"],
-            implementation=implementation,
-        )
+        rotation = {
+            "q_positions": torch.arange(offset, offset + q_len, device=q.device),  # (q_len,)
+            "k_positions": torch.arange(k_len, device=k.device),  # (k_len,)
+            "layout": params["layout"], "attention_factor": params["attention_factor"],
+        }
+        if rope_implementation(q, implementation) == "torch" and not needs_grad(q, k, params["inv_freq"]):
+            q, k = rotate_without_autograd(q, k, params["inv_freq"], **rotation)  # fewer passes over q and k
+        else:
+            q, k = rotate_checked(q, k, params["inv_freq"], implementation=implementation, **rotation)
         return sdpa_attention(q, k, v, **options)
     if position in BIAS_POSITIONS:
         chosen = _bias_implementation(position, implementation, q, k, v, params)

@@ -95,6 +95,45 @@ class FusedRope(torch.autograd.Function):
         return grad_q, grad_k, None, None, None, None, None
 
 
+def rotate_without_autograd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    inv_freq: torch.Tensor,
+    *,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    layout: str,
+    attention_factor: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r""":func:`apply_rope_torch` in three passes over each tensor, for inference (arguments already checked).
+
+    Each pair (a, b) becomes :math:`(a \cos - b \sin,\ b \cos + a \sin)`, i.e. with the pair swapped,
+    :math:`x' = x \odot C + \operatorname{swap}(x) \odot S` where C repeats :math:`c \cos(m\omega_i)` and S holds
+    :math:`-c \sin` on the pair's first feature and :math:`+c \sin` on its second: one product, one copy that
+    swaps the pairs, one fused multiply-add, all over contiguous memory (the reference's version takes
+    twice as many passes, each a separate parallel loop, which is what a busy CPU pays for). When q and k
+    share their positions (self-attention), they are rotated together. Same result as
+    :func:`apply_rope_torch` up to rounding (a fused multiply-add); no autograd.
+
+    Returns (q_rot, k_rot), contiguous, in q's dtype.
+    """
+    angle_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    together = q.shape == k.shape and torch.equal(q_positions, k_positions)
+    x = torch.stack((q, k)) if together else None  # (2, batch, heads, seq, head_dim)
+    outputs = []
+    for tensor, positions in ((x, q_positions),) if together else ((q, q_positions), (k, k_positions)):
+        angles = positions.to(angle_dtype)[:, None] * inv_freq.to(angle_dtype)[None, :]  # (seq, head_dim/2)
+        cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
+        pair_axis = -1 if layout == "interleaved" else -2  # pairs (2i, 2i+1) or (i, i + d/2)
+        cos_full = torch.stack((cos, cos), dim=pair_axis).flatten(-2)  # (seq, head_dim)
+        sin_signed = torch.stack((-sin, sin), dim=pair_axis).flatten(-2)  # (seq, head_dim)
+        pairs = tensor.to(angle_dtype).unflatten(-1, (-1, 2) if layout == "interleaved" else (2, -1))
+        swapped = pairs.flip(pair_axis).flatten(-2)  # (..., seq, head_dim), a copy
+        rotated = swapped.mul_(sin_signed).addcmul_(tensor.to(angle_dtype), cos_full)
+        outputs.append(rotated.to(q.dtype))
+    return (outputs[0][0], outputs[0][1]) if together else (outputs[0], outputs[1])
+
+
 def rope_implementation(q: torch.Tensor, implementation: str = "auto") -> str:
     """Resolve ``implementation`` ("auto", "triton", "torch") for q: "triton" or "torch".
 
