@@ -162,3 +162,15 @@ def test_banded_memory_stays_far_below_one_score_matrix(position):
         peak = bench.peak_mib(lambda: banded(q, k, v, position, params, causal=True), torch.device("cpu"))
     scores_mib = 2 * length * length * 4 / 2**20  # one (heads, L, L) float32 matrix: 8 MiB
     assert 0 < peak < scores_mib / 4
+
+
+@pytest.mark.parametrize("position", ["alibi", "t5"])
+def test_banded_follows_a_table_changed_in_place(position):
+    q, k, v = make_qkv(40, 40)
+    params = make_params(position)
+    name = "slopes" if position == "alibi" else "bias_table"
+    for _ in range(2):  # the second call must not reuse what the first kept for the old values
+        with torch.no_grad():
+            torch.testing.assert_close(banded(q, k, v, position, params, causal=True, block=8),
+                                       reference(q, k, v, position, params, causal=True), **FP32_TOLERANCE)
+        params[name].mul_(1.7)

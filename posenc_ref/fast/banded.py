@@ -42,8 +42,10 @@ the per-key term enters the kernel as a mask broadcast over the rows, the per-ro
 maximum stay small and keep float32's precision.
 
 Every row has a key in the band or in its left tail, so no merged log-sum-exp is empty (a part with no key
-for a row carries :math:`L = -\infty` and weight 0). Working memory: the output, the tails' outputs and
-per block the band's logits; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
+for a row carries :math:`L = -\infty` and weight 0). The blocks whose band lies inside the keys go to one
+call, stacked in the batch dimension (Shaw pads the keys and hides the padding, so all of them do).
+Working memory: the output, the tails' outputs and the bands' logits, (batch, heads, q_len, B + D_L + D_R)
+at most; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
 runs without autograd, on CPU; 16-bit inputs are computed in float32.
 """
 
@@ -176,6 +178,25 @@ class OffsetBiasBand:
         # ALiBi's causal band is the block's diagonal square: the kernel can skip the tiles above it
         square = self.causal and not self.constant_tails and first_column == 0 and rows == keys
         return flash_with_logsumexp(q_block, k_band, v_band, scale=self.scale, mask=mask, diagonal=square)
+
+
+def offset_bias_band(position: str, params: dict[str, Any], *, scale: float, causal: bool, block: int,
+                     dtype: torch.dtype, device: torch.device) -> OffsetBiasBand:
+    """An :class:`OffsetBiasBand`, kept for the same parameter *values* (its template costs a dozen small
+    operations, each a parallel loop that a busy CPU makes wait): a changed slope or table entry is a new key."""
+    table = params["slopes"] if position == "alibi" else params["bias_table"]
+    options = (params.get("bidirectional"), params.get("max_distance"), scale, causal, block, dtype, device)
+    return _cached_offset_bias_band(position, tuple(table.flatten().tolist()), tuple(table.shape), table.dtype,
+                                    *options)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_offset_bias_band(position, values, shape, table_dtype, bidirectional, max_distance, scale, causal,
+                             block, dtype, device) -> OffsetBiasBand:
+    table = torch.tensor(values, dtype=table_dtype, device=device).reshape(shape)
+    params = ({"slopes": table} if position == "alibi"
+              else {"bias_table": table, "bidirectional": bidirectional, "max_distance": max_distance})
+    return OffsetBiasBand(position, params, scale=scale, causal=causal, block=block, dtype=dtype, device=device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -452,7 +473,7 @@ def banded_offset_attention(q, k, v, position: str, params: dict[str, Any], *, c
     if position == "shaw":
         kind = ShawBand(params["rel_k_table"], params["rel_v_table"], **options)
     else:
-        kind = OffsetBiasBand(position, params, device=q.device, **options)
+        kind = offset_bias_band(position, params, device=q.device, **options)
     out = banded_attention(q.to(compute), k.to(compute), v.to(compute), kind, causal=causal, offset=offset,
                            scale=scale, block=block)
     return out.to(q.dtype)

@@ -153,7 +153,8 @@ def fast_attention(
             "layout": params["layout"], "attention_factor": params["attention_factor"],
         }
         if rope_implementation(q, implementation) == "torch" and not needs_grad(q, k, params["inv_freq"]):
-            q, k = rotate_without_autograd(q, k, params["inv_freq"], **rotation)  # fewer passes over q and k
+            q, k = rotate_without_autograd(q, k, params["inv_freq"], query_offset=offset, layout=params["layout"],
+                                           attention_factor=params["attention_factor"])  # fewer passes
         else:
             q, k = rotate_checked(q, k, params["inv_freq"], implementation=implementation, **rotation)
         return sdpa_attention(q, k, v, **options)
