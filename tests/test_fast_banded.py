@@ -174,3 +174,16 @@ def test_banded_follows_a_table_changed_in_place(position):
             torch.testing.assert_close(banded(q, k, v, position, params, causal=True, block=8),
                                        reference(q, k, v, position, params, causal=True), **FP32_TOLERANCE)
         params[name].mul_(1.7)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_shaw_with_one_table_row_is_plain_attention_plus_its_value_vector(causal):
+    # k = 0 (one row: every key in bucket 0), which the reference does not accept. Then q . a^K_0 is the same
+    # for every key of a row and leaves the softmax alone, and every weight carries a^V_0: plain attention + a^V_0
+    q, k, v = make_qkv(21, 26)
+    params = make_params("shaw", rows=1)
+    plain = reference_attention(q, k, v, position="none", causal=causal, scale=HEAD_DIM**-0.5)
+    with torch.no_grad():
+        for implementation in ("banded", "chunked"):
+            actual = fast_attention(q, k, v, position="shaw", causal=causal, implementation=implementation, **params)
+            torch.testing.assert_close(actual, plain + params["rel_v_table"][0], **FP32_TOLERANCE)

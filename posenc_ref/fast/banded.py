@@ -230,6 +230,13 @@ class ShawBand:
         offsets, self.hidden = band_template(self.left_reach, self.right_reach, block, causal=causal,
                                              constant_tails=True, device=rel_k_table.device)
         self.index = offsets.clamp(-self.max_distance, self.max_distance) + self.max_distance  # (block, width)
+        # the column of bucket c = r + k in row a, r = column - (D_L - 1) - a, for the band's -D_L < r < D_R
+        # (r <= 0 when causal: no key after the query); 0 < c < 2k, or c = 0 when k = 0
+        self.inner_buckets = slice(self.max_distance - self.left_reach + 1,
+                                   self.max_distance + (1 if causal else self.right_reach))
+        inner = torch.arange(2 * self.max_distance + 1, device=rel_k_table.device)[self.inner_buckets]
+        self.bucket_columns = (inner[None, :] - self.max_distance + (self.left_reach - 1)
+                               + torch.arange(block, device=rel_k_table.device)[:, None])  # (block, buckets)
 
     def tail(self, side: str, q_rows: torch.Tensor) -> Tail:
         row = 0 if side == "left" else 2 * self.max_distance
@@ -237,9 +244,13 @@ class ShawBand:
         return Tail(at_edge=at_edge, value=self.rel_v_table[row])
 
     def band(self, q_block, k_band, v_band, first_column, hidden_keys=None):
-        """As the protocol, and ``hidden_keys`` (batch, keys) bool: keys that are padding, one row per block."""
+        """As the protocol, for whole windows only (first_column 0, every column; the keys outside the
+        sequence padded), and ``hidden_keys`` (batch, keys) bool: the padding, one row per block."""
         batch, heads, rows, _ = q_block.shape
         keys = k_band.shape[2]
+        if first_column != 0 or keys != self.index.shape[1]:
+            raise ValueError(f"ShawBand.band takes whole windows of {self.index.shape[1]} keys from column 0, got "
+                             f"{keys} keys from column {first_column}")
         columns = slice(first_column, first_column + keys)
         index = self.index[:rows, columns].expand(batch, heads, rows, keys)
         hidden = self.hidden[:rows, columns]  # (rows, keys)
@@ -255,9 +266,13 @@ class ShawBand:
         total = weights.sum(dim=-1, keepdim=True)  # (batch, heads, rows, 1)
         weights.div_(total)
         lse = (largest + total.log()).squeeze(-1)  # (batch, heads, rows)
-        per_bucket = torch.zeros_like(relative).scatter_add_(-1, index, weights)  # (batch, heads, rows, 2k+1)
+        # Inside the band every key of a row has its own bucket c = r + k, 0 < c < 2k (the clipped ones, 0 and
+        # 2k, are the tails'), so the weight of bucket c is the weight of one column: a gather, not a sum. The
+        # columns of buckets whose key lies outside the sequence are padding, with weight 0.
+        columns = self.bucket_columns[:rows].expand(batch, heads, rows, self.bucket_columns.shape[1])
+        per_bucket = weights.gather(-1, columns)  # (batch, heads, rows, buckets)
         out = weights @ v_band  # (batch, heads, rows, head_dim)
-        return out.add_(per_bucket @ self.rel_v_table), lse
+        return out.add_(per_bucket @ self.rel_v_table[self.inner_buckets]), lse
 
 
 def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, shift: int, scale: float
@@ -385,7 +400,8 @@ def _padded_bands(position: BandedPosition, q, k, v, *, block: int, band_rows: i
         width, device=q.device)[None, :]  # (count, width): the key of each column of each block
     hidden_keys = (window_keys < 0) | (window_keys >= k_len)
     front, back = max(0, -first_key), max(0, first_key + (count - 1) * block + width - k_len)
-    k_padded, v_padded = (torch.nn.functional.pad(x, (0, 0, front, back)) for x in (k, v))
+    k_padded, v_padded = (torch.cat((x.new_zeros(batch, heads, front, head_dim), x,
+                                     x.new_zeros(batch, heads, back, head_dim)), dim=2) for x in (k, v))
     q_padded = q if count * block == q.shape[2] else torch.nn.functional.pad(
         q[:, :, :band_rows], (0, 0, 0, count * block - band_rows))
     for b in range(batch):
