@@ -72,3 +72,62 @@ def test_table_and_targets_print_every_record_and_verdict():
     verdicts = bench.format_targets(records).splitlines()
     assert verdicts[0].endswith("met") and "NOT" not in verdicts[0]
     assert verdicts[1].endswith("NOT met")
+
+
+def test_targets_are_lower_bounds_except_the_spread():
+    assert bench.target_met("speed_vs_sdpa_nopos", 0.81, 0.8)
+    assert not bench.target_met("speed_vs_sdpa_nopos", 0.79, 0.8)
+    assert bench.target_met("spread", 1.9, 2.0)
+    assert not bench.target_met("spread", 2.1, 2.0)
+    assert not bench.target_met("speed_vs_sdpa_nopos", None, 0.8), "a ratio that was not measured meets nothing"
+    assert not bench.target_met("spread", float("nan"), 2.0)
+
+
+def _synthetic_records(fast_times: list[float], baseline_times: list[float]) -> list[dict]:
+    case = bench.Case("shaw", 2048, 8, 64, torch.float32)
+    return [bench._record(case, backend, torch.device("cpu"), times, peak)
+            for backend, times, peak in (("reference", [1000.0, 1100.0], 500.0), ("fast", fast_times, 5.0),
+                                         ("sdpa_nopos", baseline_times, 1.0))]
+
+
+@pytest.mark.parametrize(
+    ("fast_times", "met"),
+    [([300.0, 320.0, 310.0, 330.0, 305.0], True),  # 100 / 310 = 0.32x, spread 1.1
+     ([400.0, 420.0, 410.0, 430.0, 405.0], False),  # 0.24x: too slow
+     ([150.0, 310.0, 310.0, 310.0, 400.0], False)],  # 0.32x, but one call 2.7x another
+)
+def test_speed_against_sdpa_and_spread_decide_met_on_synthetic_timings(fast_times, met):
+    records = _synthetic_records(fast_times, [100.0, 90.0, 100.0, 110.0, 100.0])
+    case = bench.Case("shaw", 2048, 8, 64, torch.float32, target_speedup=1.0, target_vs_baseline=0.3,
+                      target_spread=2.0)
+    bench._add_ratios(records, case)
+    fast = records[1]
+    assert fast["speed_vs_sdpa_nopos"] == pytest.approx(100.0 / sorted(fast_times)[2])  # medians: 100, third of 5
+    assert fast["spread"] == pytest.approx(max(fast_times) / min(fast_times))
+    assert fast["targets"] == {"speedup_vs_reference": 1.0, "speed_vs_sdpa_nopos": 0.3, "spread": 2.0}
+    assert fast["targets_met"] is met
+    verdicts = bench.format_targets(records).splitlines()
+    assert any("spread" in line and "(target <= 2.0)" in line for line in verdicts)
+    assert sum(line.endswith("NOT met") for line in verdicts) == (0 if met else 1)
+
+
+def test_backends_take_turns():
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("fast", "sdpa_nopos", "reference")}
+    times = bench.time_in_turns(calls, torch.device("cpu"), {"fast": 3, "sdpa_nopos": 3, "reference": 1})
+    assert order == ["fast", "sdpa_nopos", "reference", "fast", "sdpa_nopos", "fast", "sdpa_nopos"]
+    assert [len(times[name]) for name in calls] == [3, 3, 1]
+
+
+def test_results_file_holds_the_machine_the_command_and_the_records(tmp_path, monkeypatch):
+    records = _synthetic_records([300.0, 310.0], [100.0, 100.0])
+    monkeypatch.setattr(bench, "run", lambda device, quick: records)
+    monkeypatch.setattr("sys.argv", ["bench", "--device", "cpu", "--quick"])
+    path = tmp_path / "results.json"
+    bench.main(["--device", "cpu", "--quick", "--results", str(path)])
+    written = json.loads(path.read_text())
+    machine = written["machine"]
+    assert {"date", "cpu", "cpu_cores", "torch_threads", "torch", "command"} <= set(machine)
+    assert machine["torch"] == torch.__version__ and machine["cpu_cores"] >= 1
+    assert machine["command"] == "python -m posenc_ref.bench --device cpu --quick"
+    assert [record["backend"] for record in written["records"]] == ["reference", "fast", "sdpa_nopos"]

@@ -143,10 +143,10 @@ def spies(monkeypatch):
     return flex_spy, sdpa_spy
 
 
-def test_auto_uses_compiled_flex_for_a_large_problem_without_gradients(spies):
+def test_auto_uses_compiled_flex_for_a_large_alibi_problem_without_gradients(spies):
     flex_spy, sdpa_spy = spies
     q, k, v = qkv(1024, 1024, head_dim=2)  # 4 heads * 1024^2 > SMALL_BIAS_ELEMENTS
-    fast_attention(q, k, v, position="t5", **t5_params())
+    fast_attention(q, k, v, position="alibi", **alibi_params())
     assert len(flex_spy.calls) == 1 and flex_spy.calls[0]["compiled"] is True and not sdpa_spy.calls
 
 
@@ -154,12 +154,26 @@ def test_auto_uses_compiled_flex_for_a_large_problem_without_gradients(spies):
 def test_auto_falls_back_to_sdpa_with_a_bias(spies, monkeypatch, reason):
     flex_spy, sdpa_spy = spies
     q, k, v = qkv(8, 8, head_dim=2) if reason == "small" else qkv(1024, 1024, head_dim=2)
-    params = t5_params()
+    params = alibi_params()
     if reason == "gradients":
-        params["bias_table"].requires_grad_()
+        params["slopes"].requires_grad_()
     if reason == "compile failed":
         flex._COMPILE_FAILED.add(("cpu", torch.float32, 2))
     if reason == "no flex":
         monkeypatch.setattr(flex, "flex_available", lambda: False)
-    fast_attention(q, k, v, position="t5", **params)
+    fast_attention(q, k, v, position="alibi", **params)
     assert len(sdpa_spy.calls) == 1 and not flex_spy.calls
+
+
+@pytest.mark.parametrize("size", [8, 1024])
+def test_auto_takes_the_banded_path_for_t5_on_cpu_without_gradients(spies, monkeypatch, size):
+    flex_spy, sdpa_spy = spies
+    banded_spy = Spy()
+    monkeypatch.setattr(dispatch, "banded_offset_attention", banded_spy)
+    q, k, v = qkv(size, size, head_dim=2)
+    fast_attention(q, k, v, position="t5", **t5_params())
+    assert len(banded_spy.calls) == 1 and not flex_spy.calls and not sdpa_spy.calls
+    params = t5_params()
+    params["bias_table"].requires_grad_()
+    fast_attention(q, k, v, position="t5", **params)  # no backward in the banded path: the materialized bias
+    assert len(banded_spy.calls) == 1 and len(sdpa_spy.calls) == 1

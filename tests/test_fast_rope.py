@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from posenc_ref.fast import apply_rope_fused, apply_rope_torch, fast_attention
-from posenc_ref.fast.rope_fused import rope_implementation
+from posenc_ref.fast.rope_fused import rope_implementation, rotate_without_autograd
 
 REPO = Path(__file__).resolve().parents[1]
 # One rounding to the output dtype costs at most half an ulp: 2^-8 relative for bfloat16 (8-bit
@@ -107,6 +107,29 @@ def test_torch_fallback_has_the_same_signature_and_result():
         torch.testing.assert_close(actual, expected, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize(("k_len", "query_offset"), [(6, 0), (6, 2), (9, 3)])  # together; apart (twice)
+def test_rotation_for_inference_equals_the_torch_fallback(layout, dtype, k_len, query_offset):
+    generator = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 6, 3, 8, generator=generator).to(dtype).transpose(1, 2)  # (2, 3, 6, 8), not contiguous
+    k = torch.randn(2, 3, k_len, 8, generator=generator).to(dtype)
+    expected = apply_rope_torch(q, k, inv_freq_for(8), q_positions=torch.arange(6) + query_offset,
+                                k_positions=torch.arange(k_len), layout=layout, attention_factor=1.3)
+    for _ in range(2):  # the second call reads the rotation tables kept by the first
+        actual = rotate_without_autograd(q, k, inv_freq_for(8), query_offset=query_offset, layout=layout,
+                                         attention_factor=1.3)
+        for rotated, reference_rotated, x in zip(actual, expected, (q, k), strict=True):
+            assert rotated.dtype == dtype and rotated.shape == x.shape
+            torch.testing.assert_close(rotated, reference_rotated,
+                                       **TOLERANCE.get(dtype, {"atol": 1e-12, "rtol": 1e-12}))
+    changed = inv_freq_for(8) * 1.5  # new frequencies: new tables, not the kept ones
+    actual = rotate_without_autograd(q, k, changed, query_offset=query_offset, layout=layout, attention_factor=1.3)
+    expected = apply_rope_torch(q, k, changed, q_positions=torch.arange(6) + query_offset,
+                                k_positions=torch.arange(k_len), layout=layout, attention_factor=1.3)
+    torch.testing.assert_close(actual[0], expected[0], **TOLERANCE.get(dtype, {"atol": 1e-12, "rtol": 1e-12}))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The Triton kernel itself, run by Triton's interpreter in a fresh process (TRITON_INTERPRET must be set
 # before triton.jit decorates the kernel, i.e. before posenc_ref.fast.rope_triton is imported).
@@ -117,7 +140,7 @@ INTERPRETER_SCRIPT = textwrap.dedent(
     import json, sys
     import torch
     from posenc_ref.fast import rope_triton, apply_rope_fused, fast_attention
-    from posenc_ref.fast.rope_fused import rope_implementation
+    from posenc_ref.fast.rope_fused import rope_implementation, rotate_without_autograd
 
     out_dir = sys.argv[1]
     generator = torch.Generator().manual_seed(0)

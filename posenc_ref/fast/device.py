@@ -66,6 +66,7 @@ def fast_path_report(device: torch.device | str | None = None) -> dict[str, str]
         ``{position: description}`` for "none", "rope", "alibi", "t5", "shaw".
     """
     from posenc_ref.fast import flex
+    from posenc_ref.fast.banded import banded_available
 
     device = torch.device(device) if device is not None else default_device()
     rope = "fused Triton kernel" if triton_runs_on(device) else "torch rotation (no Triton on this device)"
@@ -78,10 +79,15 @@ def fast_path_report(device: torch.device | str | None = None) -> dict[str, str]
             bias += "; SDPA with a materialized bias when autograd is needed (no flex backward here)"
     else:
         bias = "SDPA with a materialized bias (no FlexAttention in this torch)"
+    t5, shaw = bias, "query-chunked relative attention (no (q, k, head_dim) tensor), plain torch ops"
+    if device.type == "cpu" and banded_available():
+        banded = "banded: far keys by SDPA's flash kernel, the band of offsets written out"
+        t5 = f"{banded}; SDPA with a materialized bias when autograd is needed"
+        shaw = f"{banded}; {shaw} when autograd is needed"
     return {
         "none": "torch scaled_dot_product_attention",
         "rope": f"{rope}, then scaled_dot_product_attention",
         "alibi": bias,
-        "t5": bias,
-        "shaw": "query-chunked relative attention (no (q, k, head_dim) tensor), plain torch ops",
+        "t5": t5,
+        "shaw": shaw,
     }

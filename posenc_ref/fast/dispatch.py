@@ -7,9 +7,14 @@ position   path (``implementation="auto"``)
 =========  ==============================================================================================
 none       ``scaled_dot_product_attention`` (flash / memory-efficient kernels on CUDA)
 rope       fused Triton rotation of q and k (torch rotation where Triton cannot run), then SDPA
-alibi, t5  FlexAttention with an offset-bias ``score_mod``, compiled; SDPA with a materialized bias for small
-           problems, when autograd is needed on CPU (no flex backward there) or FlexAttention is missing
-shaw       query-chunked relative attention that never builds a (q, k, head_dim) tensor
+alibi      FlexAttention with the computed bias in a ``score_mod``, compiled (on CPU its block mask also skips
+           the key blocks where ALiBi's weights vanish); SDPA with a materialized bias for small problems,
+           when autograd is needed on CPU (no flex backward there) or FlexAttention is missing
+t5         CPU without autograd: the query blocks split at the band of offsets where the bucket changes, the
+           far keys by SDPA's flash kernel, the band written out ("banded", :mod:`posenc_ref.fast.banded`).
+           Otherwise as alibi, with the per-offset table read in the ``score_mod``
+shaw       CPU without autograd: "banded", as t5; otherwise query-chunked relative attention that never
+           builds a (q, k, head_dim) tensor
 =========  ==============================================================================================
 
 Logits: :math:`s\, q \cdot k + B`, where the scale s (default :math:`1/\sqrt{d_\text{head}}`) multiplies
@@ -27,23 +32,25 @@ import torch
 
 from posenc_ref._checks import check_choice, check_positive_float, check_same_dtype_and_device, check_tensor
 from posenc_ref.fast import flex
+from posenc_ref.fast.banded import banded_available, banded_offset_attention, check_banded_can_run
 from posenc_ref.fast.device import needs_grad
 from posenc_ref.fast.offset_bias import BIAS_POSITIONS, bias_by_offset, bias_compute_dtype
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
-from posenc_ref.fast.rope_fused import rotate_checked
+from posenc_ref.fast.rope_fused import rope_implementation, rotate_checked, rotate_without_autograd
 from posenc_ref.fast.sdpa import sdpa_attention, sdpa_bias_attention
 from posenc_ref.fast.shaw import shaw_attention
 
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "none": ("auto", "sdpa"),
     "rope": ("auto", "triton", "torch"),
-    "alibi": ("auto", "flex", "flex_eager", "sdpa_bias"),
-    "t5": ("auto", "flex", "flex_eager", "sdpa_bias"),
-    "shaw": ("auto", "chunked"),
+    "alibi": ("auto", "banded", "flex", "flex_eager", "sdpa_bias"),
+    "t5": ("auto", "banded", "flex", "flex_eager", "sdpa_bias"),
+    "shaw": ("auto", "banded", "chunked"),
 }
 """The ``implementation`` values each position accepts. "auto" picks the fastest path that runs here;
 "flex" is compiled FlexAttention, "flex_eager" the uncompiled one (correct, materializes the scores),
-"sdpa_bias" the materialized-bias fallback; "triton"/"torch" choose the RoPE rotation."""
+"sdpa_bias" the materialized-bias fallback, "banded" the band split of :mod:`posenc_ref.fast.banded` (CPU,
+no autograd), "chunked" Shaw's query chunks; "triton"/"torch" choose the RoPE rotation."""
 
 _FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SMALL_BIAS_ELEMENTS = 1 << 20  # heads * q_len * k_len up to which "auto" materializes an offset bias (4 MiB)
@@ -62,8 +69,14 @@ def _check_query_key_value(q: Any, k: Any, v: Any) -> None:
         raise ValueError(f"q_len and k_len must be >= 1; got q {tuple(q.shape)}, k {tuple(k.shape)}")
 
 
-def _bias_implementation(implementation: str, q, k, v, params: dict[str, Any]) -> str:
-    """Resolve "auto" for alibi/t5: compiled flex, except where the materialized bias is the better choice.
+def _banded_runs(*tensors: torch.Tensor) -> bool:
+    """Whether "auto" takes the banded path: CPU, no autograd, and the kernel present in this torch."""
+    return tensors[0].device.type == "cpu" and not needs_grad(*tensors) and banded_available()
+
+
+def _bias_implementation(position: str, implementation: str, q, k, v, params: dict[str, Any]) -> str:
+    """Resolve "auto" for alibi/t5: "banded" for t5 on CPU without autograd; otherwise compiled flex, except
+    where the materialized bias is the better choice.
 
     That is: no FlexAttention, a dtype other than float32/16 and bfloat16, a small problem (the bias has at
     most SMALL_BIAS_ELEMENTS entries: compiling would cost more than it saves), autograd on a device whose
@@ -73,6 +86,8 @@ def _bias_implementation(implementation: str, q, k, v, params: dict[str, Any]) -
     table = params.get("bias_table", params.get("slopes"))
     if implementation != "auto":
         return implementation
+    if position == "t5" and _banded_runs(q, k, v, table):
+        return "banded"
     if not flex.flex_available() or q.dtype not in _FLEX_DTYPES:
         return "sdpa_bias"
     if q.shape[1] * q.shape[2] * k.shape[2] <= SMALL_BIAS_ELEMENTS:
@@ -132,16 +147,22 @@ def fast_attention(
 
     if position == "rope":
         # positions built here are valid by construction; rotate_checked skips re-checking them on the device
-        q, k = rotate_checked(
-            q, k, params["inv_freq"],
-            q_positions=torch.arange(offset, offset + q_len, device=q.device),  # (q_len,)
-            k_positions=torch.arange(k_len, device=k.device),  # (k_len,)
-            layout=params["layout"], attention_factor=params["attention_factor"],
-            implementation=implementation,
-        )
+        rotation = {
+            "q_positions": torch.arange(offset, offset + q_len, device=q.device),  # (q_len,)
+            "k_positions": torch.arange(k_len, device=k.device),  # (k_len,)
+            "layout": params["layout"], "attention_factor": params["attention_factor"],
+        }
+        if rope_implementation(q, implementation) == "torch" and not needs_grad(q, k, params["inv_freq"]):
+            q, k = rotate_without_autograd(q, k, params["inv_freq"], query_offset=offset, layout=params["layout"],
+                                           attention_factor=params["attention_factor"])  # fewer passes
+        else:
+            q, k = rotate_checked(q, k, params["inv_freq"], implementation=implementation, **rotation)
         return sdpa_attention(q, k, v, **options)
     if position in BIAS_POSITIONS:
-        chosen = _bias_implementation(implementation, q, k, v, params)
+        chosen = _bias_implementation(position, implementation, q, k, v, params)
+        if chosen == "banded":
+            check_banded_can_run(q.device, q, k, v, params.get("bias_table", params.get("slopes")))
+            return banded_offset_attention(q, k, v, position, params, **options)
         if chosen == "sdpa_bias":
             bias_offsets = bias_by_offset(position, params, q_len, k_len, offset, dtype=q.dtype, device=q.device)
             return sdpa_bias_attention(q, k, v, bias_offsets, **options)
@@ -151,5 +172,9 @@ def fast_attention(
         bias_offsets = bias_by_offset(position, params, q_len, k_len, offset, dtype=q.dtype, device=q.device)
         return flex.flex_bias_attention(q, k, v, bias_offsets=bias_offsets, compiled=chosen == "flex", **options)
     if position == "shaw":
+        tables = (params["rel_k_table"], params["rel_v_table"])
+        if implementation == "banded" or (implementation == "auto" and _banded_runs(q, k, v, *tables)):
+            check_banded_can_run(q.device, q, k, v, *tables)
+            return banded_offset_attention(q, k, v, position, params, **options)
         return shaw_attention(q, k, v, params["rel_k_table"], params["rel_v_table"], **options)
     return sdpa_attention(q, k, v, **options)

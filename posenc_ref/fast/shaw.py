@@ -41,8 +41,8 @@ def _bucket_boundaries(query_positions: torch.Tensor, max_distance: int, keys: i
     """
     buckets = torch.arange(1, 2 * max_distance + 1, device=query_positions.device)  # (2k,)
     inner = query_positions[:, None] + buckets[None, :] - max_distance  # (chunk, 2k)
-    first = torch.zeros_like(inner[:, :1])
-    last = torch.full_like(inner[:, :1], keys)
+    first = inner.new_zeros(inner.shape[0], 1)  # not zeros_like(inner[:, :1]): inner is empty when k = 0
+    last = inner.new_full((inner.shape[0], 1), keys)
     return torch.cat((first, inner, last), dim=1).clamp(0, keys)  # (chunk, 2k+2)
 
 
