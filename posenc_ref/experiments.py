@@ -404,9 +404,15 @@ def run_length_generalization(
     version = sweep.code_version()
     computed = 0
 
+    def record() -> None:
+        sweep.provenance(out_dir, command=list(sys.argv if command is None else command),
+                         settings=_settings_record(settings), device=str(device), jobs=jobs, threads=threads,
+                         started=started, runs=len(runs), runs_this_invocation=computed, version=version)
+
     def report(job: _Job, run_rows: list[dict[str, Any]]) -> None:
         nonlocal computed
         computed += 1
+        record()
         if verbose:
             first = run_rows[0]
             tqdm.write(f"{job.run.key}: {first['train_steps']:>5} steps, train exact match "
@@ -418,9 +424,7 @@ def run_length_generalization(
                               jobs=jobs, threads=threads, progress=progress, on_result=report)
     rows = [row for run_rows in results for row in run_rows]
     write_results(rows, out_dir / "results.csv")
-    sweep.provenance(out_dir, command=list(sys.argv if command is None else command),
-                     settings=_settings_record(settings), device=str(device), jobs=jobs, threads=threads,
-                     started=started, runs=len(runs), runs_this_invocation=computed, version=version)
+    record()
     if plots:
         write_plots(rows, out_dir)
     return rows

@@ -175,6 +175,8 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
                version: tuple[str | None, bool | None] | None = None) -> dict[str, Any]:
     """Record this invocation in ``folder/provenance.json`` and return the whole record.
 
+    Called again by the same invocation (same ``started``), it updates that invocation's entry: a sweep
+    records itself after every run, so an interrupted invocation keeps the time it ran until its last result.
     The record keeps the command, settings, package versions, commit (and whether the package's files had
     uncommitted changes), machine, and one entry per invocation (start, wall seconds, runs it computed), so a sweep that
     was interrupted and resumed reports the total wall time of all its parts. ``version`` is the
@@ -188,10 +190,14 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
     commit, dirty = code_version() if version is None else version
     invocation = {
         "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
+        "started_unix": started,
         "wall_seconds": round(time.time() - started, 1), "runs_computed": runs_this_invocation,
         "jobs": jobs, "threads": threads, "machine": machine_description(device),
     }
-    invocations = [*previous.get("invocations", []), invocation]
+    earlier = previous.get("invocations", [])
+    if earlier and earlier[-1].get("started_unix") == invocation["started_unix"]:
+        earlier = earlier[:-1]  # this invocation, recorded at an earlier run: brought up to date
+    invocations = [*earlier, invocation]
     record = {
         "command": " ".join(command), "settings": settings,
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "numpy": numpy.__version__},

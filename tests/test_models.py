@@ -187,8 +187,10 @@ def test_explicit_positions_feed_the_paper_table_rows_at_those_positions():
 @pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_positions_zero_to_n_minus_one_are_the_default(position, backend):
     model, inputs = make(position, causal=True, backend=backend), tokens(2, 7)
+    # Explicit positions rotate with apply_rope; the fast path's own rotation may round differently.
+    tolerance = 0 if backend == "reference" else 1e-5
     with torch.no_grad():
-        torch.testing.assert_close(model(inputs, torch.arange(7)), model(inputs), atol=0, rtol=0)
+        torch.testing.assert_close(model(inputs, torch.arange(7)), model(inputs), atol=tolerance, rtol=tolerance)
 
 
 def test_rope_logits_depend_on_position_differences_only():

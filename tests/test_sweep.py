@@ -55,7 +55,14 @@ def test_provenance_adds_up_the_invocations(tmp_path):
                              threads=1, started=0.0, runs=4, runs_this_invocation=3)
     assert first["command"] == "python -m x" and len(first["invocations"]) == 1
     second = sweep.provenance(tmp_path, command=["python", "-m", "x"], settings={"a": 1}, device="cpu", jobs=2,
-                              threads=1, started=0.0, runs=4, runs_this_invocation=1)
+                              threads=1, started=10.0, runs=4, runs_this_invocation=1)
     assert [entry["runs_computed"] for entry in second["invocations"]] == [3, 1]
     assert second["wall_seconds"] == pytest.approx(sum(entry["wall_seconds"] for entry in second["invocations"]))
     assert second["commit"] is None or len(second["commit"]) == 40
+
+
+def test_one_invocation_recorded_twice_is_one_entry(tmp_path):
+    for runs_done in (1, 2):
+        record = sweep.provenance(tmp_path, command=["x"], settings={}, device="cpu", jobs=1, threads=1,
+                                  started=100.0, runs=3, runs_this_invocation=runs_done)
+    assert [entry["runs_computed"] for entry in record["invocations"]] == [2]
