@@ -231,10 +231,18 @@ def run_context_extension(
                  for task in settings.tasks for position in ("rope", *extension.references)
                  for seed in settings.seeds]
     computed = 0
+    record = {"length_generalization": json.loads(json.dumps(dataclasses.asdict(settings))),
+              "extension": json.loads(json.dumps(dataclasses.asdict(extension)))}
+
+    def note_provenance() -> None:
+        sweep.provenance(out_dir, command=list(sys.argv if command is None else command), settings=record,
+                         device=str(device), jobs=jobs, threads=threads, started=started, runs=len(jobs_list),
+                         runs_this_invocation=computed, version=version)
 
     def count(job: _ExtensionJob, result: Any) -> None:
         nonlocal computed
         computed += 1
+        note_provenance()  # after every run, so an interrupted invocation keeps its time
 
     results = sweep.run_sweep(jobs_list, _extend_and_score, folder=out_dir, key=lambda job: job.key, jobs=jobs,
                               threads=threads, progress=progress, on_result=count)
@@ -243,9 +251,5 @@ def run_context_extension(
         writer = csv.DictWriter(file, fieldnames=EXTENSION_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    record = {"length_generalization": json.loads(json.dumps(dataclasses.asdict(settings))),
-              "extension": json.loads(json.dumps(dataclasses.asdict(extension)))}
-    sweep.provenance(out_dir, command=list(sys.argv if command is None else command), settings=record,
-                     device=str(device), jobs=jobs, threads=threads, started=started, runs=len(jobs_list),
-                     runs_this_invocation=computed, version=version)
+    note_provenance()
     return rows

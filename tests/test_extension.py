@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import json
 import math
 
 import pytest
@@ -109,7 +110,9 @@ def test_the_study_reads_the_sweep_models_and_scores_every_rule(tmp_path):
             assert row["accuracy"] == measured["accuracy"]
     with open(tmp_path / "ext" / "extension.csv", newline="") as file:
         assert len(list(csv.DictReader(file))) == len(rows)
-    assert (tmp_path / "ext" / "provenance.json").exists()
+    provenance = json.loads((tmp_path / "ext" / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [3]  # rope, alibi, none: one entry
+    assert provenance["settings"]["extension"]["factors"] == [2]
 
 
 def test_the_command_line_reads_the_sweep_settings(tmp_path, capsys):
