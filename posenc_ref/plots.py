@@ -693,6 +693,15 @@ def _grid_shape(panels: int, columns: int | None) -> tuple[int, int]:
     return -(-panels // columns), columns
 
 
+def _finish_grid(figure: Figure, axes: Any, used: int, columns: int, handles: Mapping[str, Any]) -> Figure:
+    """Remove the grid's unused axes (after the first ``used``) and put one legend of ``handles`` outside."""
+    rows = len(axes)
+    for index in range(used, rows * columns):
+        figure.delaxes(axes[index // columns][index % columns])
+    figure.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
+    return figure
+
+
 def plot_curves_with_spread(
     x: Any,
     panels: Mapping[str, Mapping[str, Any]],
@@ -768,10 +777,7 @@ def plot_curves_with_spread(
         axis.grid(alpha=0.3)
         if ylim is not None:
             axis.set_ylim(*ylim)
-    for index in range(len(panels), rows * columns):
-        figure.delaxes(axes[index // columns][index % columns])
-    figure.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
-    return figure
+    return _finish_grid(figure, axes, len(panels), columns, handles)
 
 
 def plot_interval_panels(
@@ -830,10 +836,7 @@ def plot_interval_panels(
         axis.grid(alpha=0.3, axis="y")
         if ylim is not None:
             axis.set_ylim(*ylim)
-    for index in range(len(panels), rows * columns):
-        figure.delaxes(axes[index // columns][index % columns])
-    figure.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
-    return figure
+    return _finish_grid(figure, axes, len(panels), columns, handles)
 
 
 def plot_map_grid(
