@@ -19,6 +19,13 @@ Python code, so it is never called on a student's string: :func:`parse_expressio
 nodes, the depth of nested calls, the exponents and the size of every intermediate number, so that no string
 can run code or exhaust memory, and sympy's simplification stays quick on what can be written.
 
+Exact numbers (``fractions.Fraction``, ``decimal.Decimal`` and sympy numbers such as ``Rational(3, 4)`` or
+``sin(1)``) are accepted wherever a float is, but never turned into floats in the kernel, where the student's
+code could change how that happens. A coercion wraps each one in an :class:`ExactNumber` that keeps the name
+of the entry; the kernel reports it as text (:func:`exact_text`); the grader reads that text strictly into a
+:class:`ReportedNumber` and turns it into a float or an int with :func:`reported_number_value`, which rejects
+a number that is not finite or not real with a message naming the entry.
+
 These limits are checked before the work they protect, and are cheap. They do not bound every computation a
 check can make (sympy's ``simplify`` has no time limit of its own): :func:`autograder.verdict.decide` runs the
 checks in a child process under a wall-clock and a memory limit.
@@ -28,13 +35,19 @@ from __future__ import annotations
 
 import ast
 import decimal
+import fractions
 import math
+import re
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "AnswerError",
+    "ExactNumber",
+    "ReportedNumber",
+    "UnreadableNumber",
     "as_bool",
     "as_choice",
     "as_integer",
@@ -47,7 +60,10 @@ __all__ = [
     "call",
     "check_close",
     "check_expressions",
+    "exact_kind",
+    "exact_text",
     "parse_expression",
+    "reported_number_value",
     "same_value",
 ]
 
@@ -100,9 +116,135 @@ def _numpy_array_type() -> type | None:
 
 
 _ALLOWED_NUMBERS = (
-    "a plain number (int or float), a numpy number, a list or tuple of numbers, "
-    "a numpy array or a torch tensor"
+    "a plain number (int, float, fractions.Fraction, decimal.Decimal or a sympy number), a numpy number, "
+    "a list or tuple of numbers, a numpy array or a torch tensor"
 )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Exact numbers: wrapped in the kernel, reported as text, read in the grader
+# --------------------------------------------------------------------------------------------------------
+
+EXACT_KINDS = ("fraction", "decimal", "sympy")
+MAX_EXACT_TEXT = 1000  # characters of an exact number's text that the grader reads
+
+
+def exact_kind(value: Any) -> str | None:
+    """``"fraction"``, ``"decimal"`` or ``"sympy"`` for an exact number of those exact types, else None.
+
+    A sympy number is an instance of ``sympy.Expr`` whose class is sympy's own (``Integer``, ``Rational``,
+    ``Float``, ``sin``, ``Mul``, ...); whether it has a real, finite value is decided by the grader.
+    """
+    kind = type(value)
+    if kind is fractions.Fraction:
+        return "fraction"
+    if kind is decimal.Decimal:
+        return "decimal"
+    sympy = sys.modules.get("sympy")
+    if sympy is not None and kind.__module__.startswith("sympy.") and isinstance(value, sympy.Expr):
+        return "sympy"
+    return None
+
+
+@dataclass(frozen=True)
+class ExactNumber:
+    """An exact number met by a coercion in the kernel, with the name of its entry (``pe_d4_p1[2]``)."""
+
+    name: str
+    number: Any
+
+
+def exact_text(value: Any) -> tuple[str, str]:
+    """``(kind, text)`` of an exact number, as the kernel reports it: ``"3/4"``, ``"0.5"``, ``"sin(1)"``.
+
+    The text is cut after :data:`MAX_EXACT_TEXT` characters (the grader refuses longer ones), and a fraction
+    whose terms have more than :data:`MAX_DIGITS` digits is not written out at all.
+    """
+    kind = exact_kind(value)
+    if kind == "fraction":
+        bits = max(abs(value.numerator).bit_length(), value.denominator.bit_length())
+        if bits > (MAX_DIGITS + 1) * _BITS_PER_DIGIT:
+            return kind, "x" * (MAX_EXACT_TEXT + 1)
+        return kind, f"{value.numerator}/{value.denominator}"
+    if kind is None:
+        raise TypeError(f"not an exact number: {_type_name(value)}")
+    return kind, str(value)[: MAX_EXACT_TEXT + 1]
+
+
+@dataclass(frozen=True)
+class ReportedNumber:
+    """An exact number as the grader reads it from the kernel's report: its entry's name, kind and text."""
+
+    name: str
+    kind: str
+    text: str
+
+
+class UnreadableNumber:
+    """A reported exact number that is not a finite real number; every use of it fails with ``message``."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __float__(self) -> float:
+        raise AnswerError(self.message)
+
+    def __repr__(self) -> str:
+        return f"<{self.message}>"
+
+
+_DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:E[+-]?[0-9]{1,12})?")
+_NOT_FINITE_SYMPY = frozenset({"oo", "-oo", "zoo", "nan"})
+
+
+def _finite(number: float, reported: ReportedNumber) -> float:
+    if not math.isfinite(number):
+        raise AnswerError(f"{reported.name} is {reported.text}, which is not a finite number")
+    return number
+
+
+def reported_number_value(reported: ReportedNumber) -> int | float:
+    """The value of an exact number reported by the kernel: an int when it is a whole number written exactly
+    (``12/1``, ``Integer(12)``, ``Decimal("12")``), a float otherwise. Runs in the grader.
+
+    Raises:
+        AnswerError, naming the entry: the text is not a number of its kind, is too long, or its value is not
+            finite or not real.
+    """
+    name, kind, text = reported.name, reported.kind, reported.text
+    if len(text) > MAX_EXACT_TEXT:
+        raise AnswerError(f"{name} is a {kind} number written with more than {MAX_EXACT_TEXT} characters")
+    if kind == "fraction":
+        match = re.fullmatch(rf"(-?[0-9]{{1,{MAX_DIGITS}}})/([0-9]{{1,{MAX_DIGITS}}})", text)
+        if match is None or int(match[2]) == 0:
+            raise AnswerError(f"{name} is a fraction the grader cannot read ({text[:40]!r})")
+        value = fractions.Fraction(int(match[1]), int(match[2]))
+        if value.denominator == 1:
+            return int(value)
+        try:
+            return _finite(float(value), reported)
+        except OverflowError:
+            raise AnswerError(f"{name} is a fraction too large for a float") from None
+    if kind == "decimal":
+        if _DECIMAL.fullmatch(text) is None:
+            raise AnswerError(f"{name} is Decimal({text[:40]!r}), which is not a finite number")
+        value = decimal.Decimal(text)
+        if "." not in text and "E" not in text:
+            return int(value)
+        return _finite(float(value), reported)
+    if kind == "sympy":
+        if text in _NOT_FINITE_SYMPY:
+            raise AnswerError(f"{name} is the sympy value {text}, which is not a finite number")
+        if re.search(r"\bI\b", text):
+            raise AnswerError(f"{name} is {text}, which is not a real number")
+        expression = parse_expression(text, name)
+        if expression.is_Integer:
+            return int(expression)
+        value = _sympy().N(expression, 30)
+        if not value.is_real:
+            raise AnswerError(f"{name} is {text}, which is not a real number")
+        return _finite(float(value), reported)
+    raise AnswerError(f"{name} is a number of an unknown kind")
 
 
 def _plain(value: Any, name: str) -> Any:
@@ -114,6 +256,12 @@ def _plain(value: Any, name: str) -> Any:
         return value
     if kind is float:
         return value
+    if kind is complex:
+        raise AnswerError(f"{name} is the complex number {value}; give a real number")
+    if kind is UnreadableNumber:
+        raise AnswerError(value.message)
+    if exact_kind(value) is not None:
+        return ExactNumber(name, value)
     if kind in _numpy_real_scalar_types():
         return int(value) if value.dtype.kind in "iu" else float(value)
     if kind is list or kind is tuple:
@@ -141,7 +289,7 @@ def _shape(value: Any) -> tuple[int, ...]:
 
 def _check_finite(values: Any, name: str) -> None:
     for item in _flatten(values):
-        if not math.isfinite(item):
+        if type(item) is not ExactNumber and not math.isfinite(item):
             raise AnswerError(f"{name} contains {item}; every entry must be a finite number")
 
 
@@ -191,9 +339,15 @@ def as_nested(value: Any, name: str, shape: Sequence[int]) -> Any:
     return plain
 
 
+def _real(value: Any) -> Any:
+    """A plain number as a float; an :class:`ExactNumber` stays as it is, for the grader to read."""
+    return value if type(value) is ExactNumber else float(value)
+
+
 def as_number(value: Any, name: str) -> float:
-    """A real scalar as a Python float: an int, a float, a numpy number or a 0-d tensor or array."""
-    return float(as_nested(value, name, ()))
+    """A real scalar as a Python float: an int, a float, a numpy number or a 0-d tensor or array (an exact
+    number becomes an :class:`ExactNumber`, read by the grader)."""
+    return _real(as_nested(value, name, ()))
 
 
 def as_integer(value: Any, name: str) -> int:
@@ -208,12 +362,12 @@ def as_integer(value: Any, name: str) -> int:
 
 def as_numbers(value: Any, name: str, length: int) -> list[float]:
     """A vector of ``length`` real numbers as a list of Python floats."""
-    return [float(item) for item in as_nested(value, name, (length,))]
+    return [_real(item) for item in as_nested(value, name, (length,))]
 
 
 def as_table(value: Any, name: str, shape: tuple[int, int]) -> list[list[float]]:
     """A matrix of the given shape as a list of rows of Python floats."""
-    return [[float(item) for item in row] for row in as_nested(value, name, shape)]
+    return [[_real(item) for item in row] for row in as_nested(value, name, shape)]
 
 
 def as_text(value: Any, name: str) -> str:

@@ -6,11 +6,14 @@ values here are written by hand (or are exact identities of sympy), never comput
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import math
 import time
 
 import numpy as np
 import pytest
+import sympy
 import torch
 
 from autograder import answers as answers_module
@@ -382,3 +385,90 @@ def test_parse_expression_reads_carets_as_powers_and_decimals_exactly():
     assert same_value(parse_expression("10000^(1/2)"), parse_expression("100"))
     assert parse_expression("0.1") * 10 == 1  # exactly 1/10, not the binary float 0.1
     assert math.isclose(float(parse_expression("sin(2)")), math.sin(2))
+
+
+# ------------------------------------------------------------------------------------------ exact numbers
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        fractions.Fraction(3, 4),
+        decimal.Decimal("0.75"),
+        sympy.Rational(3, 4),
+        sympy.Float("0.75"),
+        sympy.sin(1),
+    ],
+)
+def test_exact_numbers_are_accepted_by_the_coercions_and_kept_for_the_grader(value):
+    number = as_number(value, "x")
+    assert type(number) is answers_module.ExactNumber and number.name == "x" and number.number is value
+    entries = as_numbers([0.5, value], "v", 2)
+    assert entries[0] == 0.5 and entries[1].name == "v[1]"
+
+
+@pytest.mark.parametrize(
+    "kind, text, expected",
+    [
+        ("fraction", "3/4", 0.75),
+        ("fraction", "-12/1", -12),
+        ("decimal", "0.5", 0.5),
+        ("decimal", "393216", 393216),
+        ("decimal", "1.5E+3", 1500.0),
+        ("sympy", "sin(1)", 0.8414709848078965),
+        ("sympy", "3/4", 0.75),
+        ("sympy", "0.500000000000000", 0.5),
+        ("sympy", "12", 12),
+        ("sympy", "sqrt(2)/2", 0.7071067811865476),
+    ],
+)
+def test_the_grader_reads_reported_exact_numbers_into_plain_numbers(kind, text, expected):
+    value = answers_module.reported_number_value(answers_module.ReportedNumber("x", kind, text))
+    assert type(value) is type(expected) and value == pytest.approx(expected, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "kind, text, fragment",
+    [
+        ("decimal", "NaN", "not a finite number"),
+        ("decimal", "-Infinity", "not a finite number"),
+        ("decimal", "1E+999999", "not a finite number"),
+        ("fraction", "1/0", "cannot read"),
+        ("fraction", "1" * 401 + "/3", "cannot read"),
+        ("fraction", "x" * 1001, "more than 1000 characters"),
+        ("sympy", "zoo", "not a finite number"),
+        ("sympy", "oo", "not a finite number"),
+        ("sympy", "2*I", "not a real number"),
+        ("sympy", "sqrt(2 - sqrt(5))", "not a real number"),
+        ("sympy", "__import__('os')", "calls __import__"),
+        ("sympy", "log(2)", "only sin, cos"),
+    ],
+)
+def test_exact_numbers_that_are_not_finite_or_not_real_are_refused_by_name(kind, text, fragment):
+    with pytest.raises(AnswerError, match=r"^answer\[2\]") as error:
+        answers_module.reported_number_value(answers_module.ReportedNumber("answer[2]", kind, text))
+    assert fragment in str(error.value)
+
+
+def test_a_number_the_grader_could_not_read_fails_every_coercion_and_check_with_its_reason():
+    unreadable = answers_module.UnreadableNumber("answer[1] is Decimal('NaN'), which is not a finite number")
+    with pytest.raises(AnswerError, match="Decimal"):
+        as_numbers([0.5, unreadable], "answer", 2)
+    with pytest.raises(AnswerError, match="Decimal"):
+        check_close([0.5, unreadable], [0.5, 0.5], atol=1e-3, name="answer")
+
+
+def test_exact_text_writes_what_the_grader_reads():
+    assert answers_module.exact_text(fractions.Fraction(-3, 4)) == ("fraction", "-3/4")
+    assert answers_module.exact_text(decimal.Decimal("0.50")) == ("decimal", "0.50")
+    assert answers_module.exact_text(sympy.pi / 4) == ("sympy", "pi/4")
+    kind, text = answers_module.exact_text(fractions.Fraction(10**2000, 3))
+    assert kind == "fraction" and len(text) > answers_module.MAX_EXACT_TEXT  # refused by the grader, unread
+
+
+def test_a_sympy_lookalike_of_another_module_is_not_an_exact_number():
+    class Lookalike(sympy.Float):
+        pass
+
+    with pytest.raises(AnswerError, match="Lookalike"):
+        as_number(Lookalike(0.5), "x")

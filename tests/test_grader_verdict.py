@@ -3,6 +3,8 @@ reports, and the decision, which runs in a child process under a time and memory
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import json
 import multiprocessing
 import os
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import sympy
 
 from autograder import ASSIGNMENTS, source_notebook
 from autograder.verdicts import verdict
@@ -238,3 +241,94 @@ def test_an_unreadable_value_crosses_to_the_child_with_its_type_name(small_limit
 def test_a_long_message_of_the_child_crosses_back_cut_to_its_limit(small_limits):
     passed, message = decide(*_reports(QUIZ, quiz="\N{GRINNING FACE}" * 100_000), None)
     assert not passed and message.startswith("quiz is '\N{GRINNING FACE}") and len(message) == verdict.MAX_MESSAGE
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exact numbers: reported as text by the kernel, read into floats by the grader
+# ---------------------------------------------------------------------------------------------------------
+
+EXACT = '''
+from autograder.answers import AnswerError, as_integer, as_numbers, check_close
+
+EXPECTED = [0.75, 0.5, 0.841470984808]
+values = as_numbers(answer, "answer", 3)
+check_close(values, EXPECTED, atol=1e-6, name="answer")
+if as_integer(count, "count") != 12:
+    raise AnswerError("count: not 12")
+'''
+
+
+def _kernel_reports(source: str, monkeypatch, **answers) -> tuple:
+    """Run the kernel part of ``source`` with its reporter here, on ``answers``; return the split and the
+    reports the grader reads from what it displayed."""
+    split = split_hidden_tests(source)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data[verdict.REPORT_MIME]))
+    exec(f"{verdict.reporter_source(MARKER)}\n{split.kernel_source}", dict(answers))  # noqa: S102
+    reports, problem = parse_reports("\n".join(shown), MARKER, split)
+    assert problem is None
+    return split, reports, shown
+
+
+def test_fractions_decimals_and_sympy_numbers_pass_as_floats_read_by_the_grader(monkeypatch):
+    answer = [fractions.Fraction(3, 4), decimal.Decimal("0.5"), sympy.sin(1)]
+    split, reports, shown = _kernel_reports(EXACT, monkeypatch, answer=answer, count=sympy.Integer(12))
+    assert '"fraction", "3/4"' in shown[0] and '"sympy", "sin(1)"' in shown[0]  # text, not a float
+    assert decide(split, reports, None) == (True, "")
+    split, reports, _ = _kernel_reports(EXACT, monkeypatch, answer=answer, count=fractions.Fraction(24, 2))
+    assert decide(split, reports, None) == (True, "")
+
+
+def test_a_wrong_exact_number_still_fails(monkeypatch):
+    answer = [fractions.Fraction(3, 4), decimal.Decimal("0.5"), sympy.cos(1)]
+    passed, message = decide(*_kernel_reports(EXACT, monkeypatch, answer=answer, count=12)[:2], None)
+    assert not passed and "entry 2" in message
+    answer = [fractions.Fraction(3, 4), decimal.Decimal("0.5"), sympy.sin(1)]
+    half = decimal.Decimal("12.5")
+    passed, message = decide(*_kernel_reports(EXACT, monkeypatch, answer=answer, count=half)[:2], None)
+    assert (passed, message) == (False, "count is 12.5, which is not a whole number")
+
+
+@pytest.mark.parametrize(
+    "entry, fragment",
+    [
+        (decimal.Decimal("NaN"), "answer[1] is Decimal('NaN'), which is not a finite number"),
+        (decimal.Decimal("Infinity"), "answer[1] is Decimal('Infinity'), which is not a finite number"),
+        (sympy.I, "answer[1] is I, which is not a real number"),
+        (1 + sympy.I, "answer[1] is 1 + I, which is not a real number"),
+        (sympy.zoo, "answer[1] is the sympy value zoo, which is not a finite number"),
+        (sympy.oo, "answer[1] is the sympy value oo, which is not a finite number"),
+        (1 + 2j, "answer[1] is the complex number (1+2j); give a real number"),
+    ],
+)
+def test_exact_numbers_that_are_not_finite_or_not_real_fail_with_a_message_naming_the_entry(
+    monkeypatch, entry, fragment
+):
+    answer = [fractions.Fraction(3, 4), entry, sympy.sin(1)]
+    split = split_hidden_tests(EXACT)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data[verdict.REPORT_MIME]))
+    try:
+        kernel = f"{verdict.reporter_source(MARKER)}\n{split.kernel_source}"
+        exec(kernel, {"answer": answer, "count": 12})  # noqa: S102
+        kernel_error = None
+    except Exception as error:  # noqa: BLE001 (a coercion in the kernel may refuse it there already)
+        kernel_error = str(error)
+    reports, problem = parse_reports("\n".join(shown), MARKER, split)
+    passed, message = decide(split, reports, problem or kernel_error)
+    assert not passed and message == fragment
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ["x", "complex", "1+2j"],  # not a kind the kernel reports
+        ["x", "fraction"],
+        ["x", "fraction", 0.75],  # a float where text is read
+        "3/4",
+    ],
+)
+def test_malformed_exact_numbers_in_a_report_are_refused(fields):
+    split = split_hidden_tests(QUIZ)
+    reports, problem = parse_reports(_line(0, {"quiz": {"__exact__": fields}}), MARKER, split)
+    assert problem is not None and reports == {}

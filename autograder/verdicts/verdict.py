@@ -12,10 +12,13 @@ hide their errors, so neither the constants nor the checks may run there.
   it displays one line ``<marker> {"step": i, "values": {...}}`` holding, as JSON of plain numbers and strings,
   the values the check needs, as display data of its own MIME type (a student's answer is encoded by exact type: ``int``, ``float``, ``str``,
   ``bool``, ``None``, lists, tuples, dicts with ``str`` keys, sets, numpy numbers and arrays, torch tensors;
-  anything else is reported as unreadable);
+  exact numbers (``Fraction``, ``Decimal``, sympy numbers, and the :class:`autograder.answers.ExactNumber`
+  a coercion wraps them in) as the text of :func:`autograder.answers.exact_text` with the name of their
+  entry, never as a float computed in the kernel; anything else is reported as unreadable);
 - the *grader part*: the constants and the checks, which :func:`decide` runs in the grader's process on the
-  values parsed strictly from the kernel's output (:func:`parse_reports`). The expected constants never
-  enter the kernel; a kernel that lies must know the right values to gain anything.
+  values parsed strictly from the kernel's output (:func:`parse_reports`); the text of an exact number is
+  read there too, into a float (:func:`autograder.answers.reported_number_value`). The expected constants
+  never enter the kernel; a kernel that lies must know the right values to gain anything.
 
 A hidden section whose checks need an object that cannot be reported (a module, a tensor kept for its
 identity) cannot be cut: :func:`split_hidden_tests` returns ``None`` for it, the grader lists it in its
@@ -61,6 +64,8 @@ SAFE_BUILTINS = (
 )
 _SET_TAG = "__set__"
 _UNREADABLE_TAG = "__unreadable__"
+_EXACT_TAG = "__exact__"
+MAX_NAME = 200  # characters of an exact number's name kept from a report
 REPORT_MIME = "text/x-autograder-report"  # not a stream: nbgrader's LimitOutput leaves it whole
 CHECK_SECONDS = 20.0  # wall-clock time of the grader part of one test cell; the course's take well under 1 s
 CHECK_MEMORY_MB = 1024  # address space of the process that runs it; with sympy loaded it starts at ~70 MB
@@ -291,7 +296,9 @@ def _autograder_report(step, values, _marker={marker!r}):
     import json as _json
     import sys as _sys
 
-    def plain(value, depth=0):
+    from autograder import answers as _answers
+
+    def plain(value, path, depth=0):
         kind = type(value)
         if depth > {depth}:
             return {{{unreadable!r}: "too deeply nested"}}
@@ -299,23 +306,27 @@ def _autograder_report(step, values, _marker={marker!r}):
             return value
         if kind is float:
             return value if value == value and abs(value) != float("inf") else {{{unreadable!r}: repr(value)}}
+        if kind is _answers.ExactNumber:
+            return {{{exact_tag!r}: [value.name, *_answers.exact_text(value.number)]}}
+        if _answers.exact_kind(value) is not None:
+            return {{{exact_tag!r}: [path, *_answers.exact_text(value)]}}
         if kind in (list, tuple):
-            return [plain(item, depth + 1) for item in value]
+            return [plain(item, f"{{path}}[{{index}}]", depth + 1) for index, item in enumerate(value)]
         if kind in (set, frozenset):
-            items = [plain(item, depth + 1) for item in value]
+            items = [plain(item, "an element of " + path, depth + 1) for item in value]
             return {{{set_tag!r}: sorted(items, key=repr)}}
         if kind is dict and all(type(key) is str for key in value):
-            return {{key: plain(item, depth + 1) for key, item in value.items()}}
+            return {{key: plain(item, f"{{path}}[{{key!r}}]", depth + 1) for key, item in value.items()}}
         numpy, torch = _sys.modules.get("numpy"), _sys.modules.get("torch")
         if numpy is not None and (kind is numpy.ndarray or kind in set(numpy.sctypeDict.values())):
-            return plain(value.tolist(), depth)
+            return plain(value.tolist(), path, depth)
         if torch is not None and kind in (torch.Tensor, torch.nn.Parameter):
-            return plain(value.detach().cpu().tolist(), depth)
+            return plain(value.detach().cpu().tolist(), path, depth)
         return {{{unreadable!r}: kind.__module__ + "." + kind.__qualname__}}
 
     from IPython.display import display as _display
 
-    line = _json.dumps({{"step": step, "values": {{key: plain(item) for key, item in values.items()}}}})
+    line = _json.dumps({{"step": step, "values": {{key: plain(item, key) for key, item in values.items()}}}})
     _display({{{mime!r}: _marker + " " + line}}, raw=True)
 '''
 
@@ -323,7 +334,12 @@ def _autograder_report(step, values, _marker={marker!r}):
 def reporter_source(marker: str) -> str:
     """The reporter function put at the top of every split hidden section."""
     return REPORTER.format(
-        marker=marker, depth=MAX_DEPTH, unreadable=_UNREADABLE_TAG, set_tag=_SET_TAG, mime=REPORT_MIME
+        marker=marker,
+        depth=MAX_DEPTH,
+        unreadable=_UNREADABLE_TAG,
+        set_tag=_SET_TAG,
+        exact_tag=_EXACT_TAG,
+        mime=REPORT_MIME,
     )
 
 
@@ -359,8 +375,35 @@ def _decode(value: Any, depth: int = 0) -> Any:
             return frozenset(items)
         if set(value) == {_UNREADABLE_TAG}:
             return unreadable(str(value[_UNREADABLE_TAG]))
+        if set(value) == {_EXACT_TAG}:
+            return _exact(value[_EXACT_TAG])
         return {key: _decode(item, depth + 1) for key, item in value.items()}
     raise ValueError(f"a value of type {type(value).__name__}")
+
+
+def _exact(fields: Any) -> answers.ReportedNumber:
+    """An exact number's ``[name, kind, text]`` from a report, checked for form only (read in :func:`decide`)."""
+    if not (type(fields) is list and len(fields) == 3 and all(type(field) is str for field in fields)):
+        raise ValueError("an exact number that is not [name, kind, text]")
+    name, kind, text = fields
+    if kind not in answers.EXACT_KINDS:
+        raise ValueError(f"an exact number of an unknown kind ({kind[:20]!r})")
+    return answers.ReportedNumber(name[:MAX_NAME], kind, text[: answers.MAX_EXACT_TEXT + 1])
+
+
+def _with_numbers_read(value: Any) -> Any:
+    """``value`` with every :class:`~autograder.answers.ReportedNumber` read into a number, or into an
+    :class:`~autograder.answers.UnreadableNumber` that fails any check with the reason."""
+    if type(value) is answers.ReportedNumber:
+        try:
+            return answers.reported_number_value(value)
+        except answers.AnswerError as error:
+            return answers.UnreadableNumber(str(error))
+    if type(value) is list:
+        return [_with_numbers_read(item) for item in value]
+    if type(value) is dict:
+        return {key: _with_numbers_read(item) for key, item in value.items()}
+    return value
 
 
 def _reject_constant(text: str) -> Any:
@@ -411,8 +454,8 @@ def _decide_here(split: Split, reports: dict[int, dict[str, Any]], kernel_error:
     for step in split.steps:
         if step.step not in reports:
             return False, kernel_error or "the test did not report its values"
-        namespace.update(reports[step.step])
         try:
+            namespace.update({name: _with_numbers_read(value) for name, value in reports[step.step].items()})
             exec(compile(step.source, "<check>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
         except answers.AnswerError as error:
             return False, str(error)
