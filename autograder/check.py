@@ -4,6 +4,10 @@ The notebook runs from top to bottom in a fresh kernel (the Python running this 
 as *Restart & Run All* would. Its test cells are first reset to the released version of the assignment, so an
 accidental edit of a test cannot make the check lie. The visible tests check the form of the answers only;
 the hidden tests that decide the grade are not in a student's notebook.
+
+A test cell passes, fails (it raised), or finds its item not answered yet: :func:`autograder.progress.visible_test`
+then shows the status as data of :data:`autograder.progress.STATUS_MIME`, which is read here. The words and
+lines are those of the notebook's own last cell (:func:`autograder.progress.status_line`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import nbformat
 from autograder import ASSIGNMENTS, released_notebook
 from autograder.course import KERNEL_NAME, kernel_environment_set, write_kernelspec
 from autograder.intake.sanitize import read_notebook
+from autograder.progress import NOT_ANSWERED, STATUS_MIME
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -27,7 +32,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class CheckedItem:
     grade_id: str
     points: float
-    status: str  # "passed", "failed", "written answer"
+    status: str  # "passed", "failed", "not answered", "written answer"
     message: str = ""
 
 
@@ -68,6 +73,16 @@ def reset_tests(notebook: nbformat.NotebookNode, released: nbformat.NotebookNode
     return edited
 
 
+def _statuses_shown(cell) -> list[str]:
+    """The statuses a test cell showed with :data:`autograder.progress.STATUS_MIME`."""
+    statuses = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}).get(STATUS_MIME) if output.get("output_type") == "display_data" else None
+        if isinstance(data, dict) and isinstance(data.get("status"), str):
+            statuses.append(data["status"])
+    return statuses
+
+
 def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: int) -> list[CheckedItem]:
     """Execute the notebook in a fresh kernel; return the outcome of each graded cell."""
     from nbclient import NotebookClient
@@ -104,6 +119,8 @@ def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: in
         if errors:
             message = _ANSI.sub("", f"{errors[0].get('ename')}: {errors[0].get('evalue')}")
             items.append(CheckedItem(meta["grade_id"], points, "failed", message))
+        elif NOT_ANSWERED in _statuses_shown(cell):
+            items.append(CheckedItem(meta["grade_id"], points, NOT_ANSWERED, "scores 0 as it is"))
         else:
             items.append(CheckedItem(meta["grade_id"], points, "passed"))
     return items
@@ -137,9 +154,12 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
         print(line + (f"  {item.message}" if item.message else ""), file=stream)
     tested = [item for item in items if item.status != "written answer"]
     passed = sum(item.status == "passed" for item in tested)
+    unanswered = sum(item.status == NOT_ANSWERED for item in tested)
     print(
-        f"{passed} of {len(tested)} visible tests pass. They check the form of your answers only; "
-        "hidden tests decide the grade. Written answers are graded by an instructor.",
+        f"{passed} of {len(tested)} visible tests pass"
+        + (f" ({unanswered} not answered yet)" if unanswered else "")
+        + ". They check the form of your answers only; hidden tests decide the grade. Written answers are "
+        "graded by an instructor.",
         file=stream,
     )
     return 0 if passed == len(tested) else 1

@@ -8,8 +8,10 @@ c = get_config()  # noqa: F821 (nbgrader provides get_config when it reads this 
 
 c.CourseDirectory.course_id = "posenc"
 
-# What a student sees in place of a solution.
-c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# What a student sees in place of a solution. The code stub is a comment, so that an unanswered item leaves its
+# names undefined and the notebook still runs to its end; its test cell then says "not answered yet" while the
+# student works, and fails when graded (autograder/progress.py), so that the item scores 0.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # A cell that runs longer than this many seconds is interrupted and counts as failed; the rest of the

@@ -3,7 +3,7 @@
 The class is graded once for the module (it runs about thirty notebooks in kernels, two at a time on two
 cores), then every test reads the outputs. The expected scores, failing items and messages are constants
 written here from the exercises' definitions: a full solution earns every autograded point, a blank notebook
-none, and each planted mistake loses exactly the items it touches, with feedback that names the mistake.
+none (nor one whose code hides from its visible tests that it is graded), and each planted mistake loses exactly the items it touches, with feedback that names the mistake.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ AUTOGRADED = {
     "06_comparison": 9,
 }
 MANUAL_ITEMS = {"04_relative": "self_bias_answer", "05_rope": "long_context_answer"}
-STUDENTS = ("blank", "broken", "cheat", "degrees", "doubled", "full", "halves", "mistakes", "swapped")
+STUDENTS = ("blank", "broken", "cheat", "degrees", "doubled", "full", "halves", "mistakes", "swapped", "unset")
 
 EXPECTED_SCORES = {
     ("full", "01_permutation"): 9,
@@ -74,6 +74,7 @@ EXPECTED_SCORES = {
     ("broken", "05_rope"): 0,
     ("broken", "06_comparison"): 0,
     **{("blank", assignment): 0 for assignment in MAX_SCORES},
+    **{("unset", assignment): 0 for assignment in MAX_SCORES},
 }
 
 # The autograded items that fail, each with a fragment of its feedback message.
@@ -256,9 +257,16 @@ def test_wrong_answers_lose_exactly_their_items_with_feedback_naming_the_mistake
 
 
 def test_every_released_notebook_fails_every_autograded_item(items):
+    """nbgrader's stub left in every answer cell scores 0, and the feedback says which item is not answered;
+    it still scores 0 when the student's own code hides from the visible tests that they are graded (the
+    hidden tests fail then)."""
     for assignment in MAX_SCORES:
         graded_items = items["blank", assignment]
         for name, row in graded_items.items():
+            assert row["status"] == "failed" and float(row["score"]) == 0, (assignment, name)
+            if name != MANUAL_ITEMS.get(assignment):
+                assert row["message"].startswith("NotAnswered: ") and "is not answered" in row["message"]
+        for name, row in items["unset", assignment].items():
             assert row["status"] == "failed" and float(row["score"]) == 0, (assignment, name)
         autograded = sum(
             float(row["max_score"])
@@ -342,8 +350,8 @@ def test_check_of_a_blank_notebook_fails_and_names_each_test(planted_class):
     path = planted_class / "submitted" / "blank" / "04_relative" / "04_relative.ipynb"
     completed = run_module("autograder", "check", str(path))
     assert completed.returncode == 1
-    assert "0 of 6 visible tests pass" in completed.stdout
-    assert "FAILED  bias_test" in completed.stdout and "NameError" in completed.stdout
+    assert "0 of 6 visible tests pass (6 not answered yet)" in completed.stdout
+    assert "NOT ANSWERED  bias_test" in completed.stdout and "NameError" not in completed.stdout
 
 
 # -------------------------------------------------------------------------------------------- a folder

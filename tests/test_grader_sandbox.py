@@ -37,7 +37,7 @@ NO_CGROUP = cgroups.problem()
 ALLOWED_ENVIRONMENT = {
     *PASSED_THROUGH,
     *("PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "PYTHONPATH", "MPLBACKEND", "MPLCONFIGDIR"),
-    *("IPYTHONDIR", "PYDEVD_DISABLE_FILE_VALIDATION", "PWD"),
+    *("IPYTHONDIR", "PYDEVD_DISABLE_FILE_VALIDATION", "PWD", "AUTOGRADER_GRADING"),
 }
 
 
@@ -71,6 +71,7 @@ def test_the_kernel_environment_is_an_allowlist(tmp_path):
     assert set(environment) <= ALLOWED_ENVIRONMENT
     assert "hunter2" not in json.dumps(environment) and "/somewhere/else" not in environment["PATH"]
     assert environment["OPENBLAS_CORETYPE"] == "Haswell"  # kept: numerics on some processors depend on it
+    assert environment["AUTOGRADER_GRADING"] == "1"  # unanswered items fail their test cells (autograder.progress)
 
 
 PROBE = """

@@ -43,6 +43,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 import autograder
+from autograder.progress import GRADING_VARIABLE
 
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
@@ -164,7 +165,8 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
 
 def kernel_environment(settings: Settings, parent: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's whole environment, built from an allowlist: nothing else of the grader's (no passwords,
-    tokens or database URLs) reaches student code."""
+    tokens or database URLs) reaches student code. It says that the kernel is grading
+    (:data:`autograder.progress.GRADING_VARIABLE`)."""
     parent = dict(os.environ if parent is None else parent)
     home = SANDBOX_HOME if settings.use_bwrap else settings.scratch
     environment = {name: parent[name] for name in PASSED_THROUGH if name in parent}
@@ -181,6 +183,7 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
         IPYTHONDIR=os.path.join(home, ".ipython"),
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     )
+    environment[GRADING_VARIABLE] = "1"  # an unanswered item fails its test cell (autograder.progress)
     environment.setdefault("OMP_NUM_THREADS", "1")
     return environment
 

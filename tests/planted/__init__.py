@@ -403,11 +403,29 @@ def _broken(root: Path) -> None:
     (folder / "06_comparison" / "06_comparison.ipynb").write_text(cut)
 
 
+# A first cell that makes the student's kernel look like a student's own: the grading variable removed and the
+# helper of the visible tests told it is not grading, so that unanswered items print "not answered yet" there.
+NOT_GRADING = """import os
+
+import autograder.progress
+
+os.environ.pop("AUTOGRADER_GRADING", None)
+autograder.progress.grading = lambda: False"""
+
+
+def unanswered_outside_grading(assignment: str) -> nbformat.NotebookNode:
+    """The released notebook with :data:`NOT_GRADING` as its first cell: its hidden tests alone must fail it."""
+    notebook = released(assignment)
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(NOT_GRADING))
+    return notebook
+
+
 def build_class(root: Path) -> None:
     """Write the planted class under ``root`` as ``<student>/<assignment>/<notebook>.ipynb``."""
     for assignment in ASSIGNMENTS:
         write_submission(root, "full", assignment, filled(assignment, solutions(assignment)))
         write_submission(root, "blank", assignment, released(assignment))
+        write_submission(root, "unset", assignment, unanswered_outside_grading(assignment))
     for student, by_assignment in NAMED_MISTAKES.items():
         for assignment, mistakes in by_assignment.items():
             write_submission(root, student, assignment, with_mistakes(assignment, mistakes))

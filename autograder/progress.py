@@ -1,0 +1,156 @@
+"""What a student sees while working: one line per visible test, and the status of every item of a notebook.
+
+A test cell of ``source/`` wraps its visible checks in :func:`visible_test`::
+
+    with visible_test("2.2", "PE(1) for d = 4", "pe_d4_p1"):
+        assert isinstance(pe_d4_p1, (list, tuple)), "pe_d4_p1 must be a list of numbers"
+
+and the block ends in one of three ways:
+
+- the checks pass: it prints ``✓ 2.2 PE(1) for d = 4: format ok`` (the form only, never the answer's value);
+- a name the item's answer defines (``pe_d4_p1``) is not defined, because the answer cell still holds
+  nbgrader's stub (a comment, ``# YOUR CODE HERE``) or was never run: it prints ``2.2 not answered yet`` and
+  the notebook runs on, so that *Restart & Run All* reaches the end with items still open;
+- a check fails: the error is raised as before, with its message.
+
+At grading time an unanswered item must score 0, and nbgrader counts a test cell that does not raise as
+passed. Two things make sure it fails:
+
+1. the grader's kernel runs with :data:`GRADING_VARIABLE` set (:func:`autograder.sandbox.launcher.kernel_environment`
+   builds the kernel's whole environment); there an unanswered item raises :class:`NotAnswered`, whose
+   message is the feedback;
+2. whatever the student's code does to that variable or to this module, the hidden part of the cell, which
+   runs next, reads the same answer: an undefined name raises in the kernel, no value is reported, and the
+   grader fails the item (:mod:`autograder.verdicts.verdict`).
+
+Each outcome is also shown as display data of :data:`STATUS_MIME` (read by ``python -m autograder check``,
+:mod:`autograder.check`) and kept in this module, for :func:`print_status`, the last cell of every notebook.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+GRADING_VARIABLE = "AUTOGRADER_GRADING"
+STATUS_MIME = "application/vnd.autograder.item-status+json"
+PASSED, NOT_ANSWERED, FAILED = "passed", "not answered", "failed"
+WRITTEN = "written answer"
+NOT_RUN = "not run"
+MAX_REASON = 300
+
+
+class NotAnswered(AssertionError):
+    """An item whose answer is missing, in the grader's kernel: the item scores 0 and says why."""
+
+
+@dataclass(frozen=True)
+class ItemStatus:
+    """Where one item stands: its number (``"2.2"``), title, status and, for a failure, the reason."""
+
+    item: str
+    title: str
+    status: str
+    reason: str = ""
+
+
+def status_line(status: ItemStatus, *, in_list: bool = False) -> str:
+    """The one line a student reads about an item, under its test cell or (``in_list``) in a list of items."""
+    label = f"{status.item} {status.title}".strip()
+    if status.status == PASSED:
+        return f"✓ {label}: format ok"
+    if status.status == NOT_ANSWERED:
+        line = f"{status.item} not answered yet" + (f" ({status.reason})" if status.reason else "")
+        return f"○ {line}" if in_list else line
+    if status.status == FAILED:
+        return f"✗ {label}: failing: {status.reason}"
+    if status.status == WRITTEN:
+        return f"✎ {label}: written answer, graded by an instructor"
+    return f"? {label}: not checked yet (run its test cell)"
+
+
+def grading() -> bool:
+    """Whether this process is a kernel started by the grader (``python -m autograder grade``)."""
+    return os.environ.get(GRADING_VARIABLE) == "1"
+
+
+_statuses: dict[str, ItemStatus] = {}
+
+
+def _show(status: ItemStatus) -> None:
+    """Print the item's line, with its status as data that ``python -m autograder check`` reads."""
+    _statuses[status.item] = status
+    line = status_line(status)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(line)
+        return
+    data = {"item": status.item, "title": status.title, "status": status.status, "reason": status.reason}
+    display({"text/plain": line, STATUS_MIME: data}, raw=True)
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error) if isinstance(error, AssertionError) and str(error) else f"{type(error).__name__}: {error}"
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+
+
+class visible_test:
+    """The visible checks of one item; see the module's docstring.
+
+    ``item`` and ``title`` are the item's number and title as the notebook's introduction lists them;
+    ``answers`` are the names its answer defines (or the names of earlier answers the checks call).
+    """
+
+    def __init__(self, item: str, title: str, *answers: str) -> None:
+        self.item, self.title, self.answers = item, title, answers
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> bool:
+        if error is None:
+            _show(ItemStatus(self.item, self.title, PASSED))
+            return False
+        missing = getattr(error, "name", None) if kind is NameError else None
+        if missing is not None and missing in self.answers:
+            own = missing == self.answers[0]
+            reason = "" if own else f"it uses {missing}, which is not defined yet"
+            if grading():
+                raise NotAnswered(f"{self.item} is not answered ({missing} is not defined)") from None
+            _show(ItemStatus(self.item, self.title, NOT_ANSWERED, reason))
+            return True
+        if isinstance(error, Exception):
+            _statuses[self.item] = ItemStatus(self.item, self.title, FAILED, _reason(error))
+        return False
+
+
+def print_status(*items: str, written: tuple[str, ...] = ()) -> None:
+    """Print one line for each of ``items`` (numbers, in the notebook's order) from the visible tests run in
+    this kernel: passing, not answered, failing with the reason, or not run yet; the ``written`` ones are
+    graded by an instructor."""
+    lines = []
+    for item in items:
+        if item in written:
+            status = ItemStatus(item, "", WRITTEN)
+        else:
+            status = _statuses.get(item, ItemStatus(item, "", NOT_RUN))
+        lines.append("  " + status_line(status, in_list=True))
+    counts = {kind: sum(_statuses.get(item, ItemStatus(item, "", NOT_RUN)).status == kind for item in items)
+              for kind in (PASSED, NOT_ANSWERED, FAILED)}
+    print(
+        "The items of this notebook, from the visible tests run in this kernel (they check the form of an "
+        "answer; hidden tests decide the points):"
+    )
+    print("\n".join(lines))
+    print(
+        f"{counts[PASSED]} passing, {counts[NOT_ANSWERED]} not answered, {counts[FAILED]} failing. "
+        "Run `python -m autograder check` on the saved notebook to check it in a fresh kernel."
+    )
