@@ -415,3 +415,75 @@ def test_kernels_resolve_to_this_interpreter_and_see_the_repository(tmp_path, mo
     assert environment["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # nbgrader's alembic
     monkeypatch.setenv("JUPYTER_PATH", environment["JUPYTER_PATH"])
     assert KernelSpecManager().get_kernel_spec("python3").argv[0] == sys.executable
+
+
+def _quiz_items(notebook) -> list[tuple[str, dict[str, str], str]]:
+    """``(stem, options by letter, right letter)`` of each lettered quiz question of a source notebook, read from
+    the question's markdown (``- **A** ...``) and its hidden test's expected letter."""
+    cells = {nbgrader(cell).get("grade_id"): cell for cell in notebook.cells}
+    items = []
+    for grade_id, cell in cells.items():
+        if not re.fullmatch(r"quiz_\w+_question", grade_id or ""):
+            continue
+        options = dict(re.findall(r"^- \*\*([ABCD])\*\* (.+)$", cell.source, flags=re.MULTILINE))
+        stem = cell.source.split("\n- **A**")[0]
+        [right] = re.findall(r'!= "([ABCD])"', cells[grade_id.replace("_question", "_test")].source)
+        items.append((stem, options, right))
+    return items
+
+
+def test_the_right_option_of_a_quiz_is_not_given_away_by_its_length_or_its_letter(sources):
+    """A test-wise student who picks the longest option, or always the same letter, must gain little.
+
+    With four options of unrelated lengths the right one is the longest in a quarter of the questions. The
+    limits leave room for small numbers without letting length become a signal: at most 40% of a notebook's
+    questions (none of one or two, one of three) and at most 35% of the course's (4 of 12), ties counted as
+    longest. The right letters are spread: every letter is right somewhere and none in more than half.
+    """
+    longest_by_notebook, letters = {}, []
+    for assignment, notebook in sources.items():
+        items = _quiz_items(notebook)
+        assert items, assignment
+        longest = 0
+        for stem, options, right in items:
+            assert sorted(options) == ["A", "B", "C", "D"], (assignment, stem[:60])
+            lengths = {letter: len(text) for letter, text in options.items()}
+            longest += lengths[right] >= max(lengths.values())
+            letters.append(right)
+        assert longest <= 0.4 * len(items), f"{assignment}: the right option is the longest in {longest}"
+        longest_by_notebook[assignment] = longest
+    assert sum(longest_by_notebook.values()) <= 0.35 * len(letters), longest_by_notebook
+    assert set(letters) == set("ABCD") and max(letters.count(letter) for letter in "ABCD") <= len(letters) / 2
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def test_no_quiz_stem_holds_a_phrase_of_its_right_option_that_the_wrong_ones_lack(sources):
+    """Four consecutive words shared by a question and its right option alone point at the answer."""
+    for assignment, notebook in sources.items():
+        for stem, options, right in _quiz_items(notebook):
+            words = _words(options[right])
+            stem_text = " ".join(_words(stem))
+            wrong_text = " ".join(" ".join(_words(text)) for letter, text in options.items() if letter != right)
+            for start in range(len(words) - 3):
+                phrase = " ".join(words[start : start + 4])
+                assert phrase not in stem_text or phrase in wrong_text, (assignment, phrase)
+
+
+def test_the_choice_of_a_position_kind_is_not_named_in_its_case():
+    """Each case of 6.1 states constraints; none describes its kind by the kind's own mechanism."""
+    notebook = nbformat.read(source_notebook("06_comparison"), as_version=4)
+    cases = {nbgrader(cell)["grade_id"]: cell.source.lower() for cell in notebook.cells
+             if re.fullmatch(r"choice_\w+_question", nbgrader(cell).get("grade_id", ""))}
+    giveaways = {"slope", "alibi", "rotat", "bucket", "bins", "rope", "t5", "shaw", "sinusoid"}
+    for grade_id, text in cases.items():
+        stem = text.split("set `")[0]
+        assert not {word for word in giveaways if word in stem}, grade_id
+
+
+def test_mark_schemes_and_explanations_speak_of_the_course_only(sources):
+    for assignment, notebook in sources.items():
+        text = nbformat.writes(notebook).lower()
+        assert "seed text" not in text and "the seed" not in text, assignment
