@@ -124,7 +124,7 @@ def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the
     ({"tasks": "bites"}, "tasks must be a non-empty sequence"),
     ({"eval_lengths": (8, 4)}, "ascending"),
     ({"eval_lengths": (2, 4)}, "length must be an int >= 3"),
-    ({"tasks": ("recall",), "eval_lengths": (4, 20)}, "length <= num_symbols"),
+    ({"tasks": ("recall",), "eval_lengths": (4, 20), "num_symbols": 16}, "length <= num_symbols"),
     ({"seeds": ()}, "seeds must be a non-empty sequence"),
     ({"backend": "triton"}, "backend must be one of"),
     ({"max_steps": 0}, "max_steps"),
@@ -170,7 +170,8 @@ def test_format_table_has_a_line_per_position_and_marks_the_trained_lengths():
 
 
 def test_quick_settings_are_the_live_run_of_several_seeds_on_two_tasks():
-    assert len(QUICK_SETTINGS.seeds) >= 3 and set(QUICK_SETTINGS.tasks) == {"bites", "copy"}
+    # who-bites-whom, and a task where recency is no shortcut (issue: the live run covers both kinds of task)
+    assert len(QUICK_SETTINGS.seeds) >= 3 and set(QUICK_SETTINGS.tasks) == {"bites", "recall"}
     assert set(QUICK_SETTINGS.positions) == set(POSITION_KINDS) and QUICK_SETTINGS.models == ("decoder",)
     with pytest.raises(dataclasses.FrozenInstanceError):
         QUICK_SETTINGS.max_steps = 5
