@@ -47,6 +47,10 @@ call, stacked in the batch dimension (Shaw pads the keys and hides the padding, 
 Working memory: the output, the tails' outputs and the bands' logits, (batch, heads, q_len, B + D_L + D_R)
 at most; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
 runs without autograd, on CPU; 16-bit inputs are computed in float32.
+
+Threads: the tails' kernels run on every thread; the band's passes and the merges, a few MiB each, run on
+one (:func:`posenc_ref.fast.threads.serial_unless_large`), because on a busy CPU a parallel pass waits
+longer for the pool's other threads than it works.
 """
 
 from __future__ import annotations
