@@ -130,6 +130,21 @@ def test_rotation_for_inference_equals_the_torch_fallback(layout, dtype, k_len, 
     torch.testing.assert_close(actual[0], expected[0], **TOLERANCE.get(dtype, {"atol": 1e-12, "rtol": 1e-12}))
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_rotation_for_inference_reads_views_that_cannot_be_complex_numbers(layout):
+    # an odd first element and odd strides: pairs that a complex view cannot read in place; the result is
+    # still contiguous and equal to the fallback
+    generator = torch.Generator().manual_seed(6)
+    q = torch.randn(1, 2, 5, 9, generator=generator)[..., 1:]  # storage offset 1, row stride 9
+    k = torch.randn(1, 2, 7, 17, generator=generator)[..., ::2][..., :8]  # feature stride 2
+    actual = rotate_without_autograd(q, k, inv_freq_for(8), query_offset=2, layout=layout, attention_factor=0.8)
+    expected = apply_rope_torch(q, k, inv_freq_for(8), q_positions=torch.arange(2, 7), k_positions=torch.arange(7),
+                                layout=layout, attention_factor=0.8)
+    for rotated, reference_rotated in zip(actual, expected, strict=True):
+        assert rotated.is_contiguous()
+        torch.testing.assert_close(rotated, reference_rotated, atol=1e-6, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The Triton kernel itself, run by Triton's interpreter in a fresh process (TRITON_INTERPRET must be set
 # before triton.jit decorates the kernel, i.e. before posenc_ref.fast.rope_triton is imported).

@@ -47,6 +47,10 @@ call, stacked in the batch dimension (Shaw pads the keys and hides the padding, 
 Working memory: the output, the tails' outputs and the bands' logits, (batch, heads, q_len, B + D_L + D_R)
 at most; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
 runs without autograd, on CPU; 16-bit inputs are computed in float32.
+
+Threads: the tails' kernels run on every thread; the band's passes and the merges, a few MiB each, run on
+one (:func:`posenc_ref.fast.threads.serial_unless_large`), because on a busy CPU a parallel pass waits
+longer for the pool's other threads than it works.
 """
 
 from __future__ import annotations
@@ -58,9 +62,11 @@ from typing import Any, Protocol
 import torch
 
 from posenc_ref.fast.offset_bias import bias_compute_dtype
+from posenc_ref.fast.threads import kernel_threads, serial_unless_large
 from posenc_ref.relative import relative_position_bucket
 
 BAND_BLOCK = 64  # queries per block with constant tails: bands of B + D - 1 keys, computed together
+SHAW_BLOCK = 32  # Shaw's band is written out (logits, softmax, products): a narrower one wastes fewer columns
 AFFINE_BLOCK = 256  # queries per block with affine tails: the tails are cut at block edges, a call each
 
 
@@ -286,19 +292,24 @@ def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    causal_call = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    def causal_call(*arguments, **options):  # a kernel over every row: the threads from before the band's block
+        with kernel_threads():
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*arguments, **options)
+
     if shift <= 0:
         first = min(-shift, q_len)
         out, lse = causal_call(q[:, :, first:], k, v, 0.0, True, scale=scale) if first < q_len else (None, None)
         if first == 0:
             return out, lse
-        padded_out = q.new_zeros(batch, heads, q_len, head_dim)
-        padded_lse = torch.full((batch, heads, q_len), float("-inf"), dtype=q.dtype, device=q.device)
+        padded_out = q.new_empty(batch, heads, q_len, head_dim)  # written once: zeros on the first rows only
+        padded_lse = q.new_empty(batch, heads, q_len)
+        padded_out[:, :, :first], padded_lse[:, :, :first] = 0.0, float("-inf")
         if out is not None:
             padded_out[:, :, first:], padded_lse[:, :, first:] = out, lse
         return padded_out, padded_lse
     seen_by_all = min(shift + 1, k_len)
-    out, lse = flash_with_logsumexp(q, k[:, :, :seen_by_all], v[:, :, :seen_by_all], scale=scale)
+    with kernel_threads():
+        out, lse = flash_with_logsumexp(q, k[:, :, :seen_by_all], v[:, :, :seen_by_all], scale=scale)
     if seen_by_all < k_len and q_len > 1:
         rest = causal_call(q[:, :, 1:], k[:, :, seen_by_all:], v[:, :, seen_by_all:], 0.0, True, scale=scale)
         out[:, :, 1:], lse[:, :, 1:] = merge_two(out[:, :, 1:], lse[:, :, 1:], *rest)
@@ -328,7 +339,8 @@ def _affine_tail(tail: Tail, q_block, k_tail, v_tail, *, scale: float, key_from_
     heads, rows, keys = q_block.shape[1], q_block.shape[2], k_tail.shape[2]
     key_term = tail.slope[:, None] * key_from_reference[None, :]  # (heads, keys)
     mask = key_term[None, :, None, :].expand(1, heads, rows, keys)  # broadcast over rows, no copy
-    out, lse = flash_with_logsumexp(q_block, k_tail, v_tail, scale=scale, mask=mask)
+    with kernel_threads():  # the block's whole tail: a large kernel
+        out, lse = flash_with_logsumexp(q_block, k_tail, v_tail, scale=scale, mask=mask)
     return out, lse + tail.at_edge[:, None] + tail.slope[:, None] * reference_from_row[None, :]
 
 
@@ -484,12 +496,15 @@ def banded_offset_attention(q, k, v, position: str, params: dict[str, Any], *, c
     (16-bit computed in float32). Returns (batch, heads, q_len, head_dim) in q's dtype."""
     compute = bias_compute_dtype(q.dtype)
     if block is None:
-        block = AFFINE_BLOCK if position == "alibi" else BAND_BLOCK
+        block = {"alibi": AFFINE_BLOCK, "shaw": SHAW_BLOCK}.get(position, BAND_BLOCK)
     options = {"scale": scale, "causal": causal, "block": block, "dtype": compute}
     if position == "shaw":
         kind = ShawBand(params["rel_k_table"], params["rel_v_table"], **options)
     else:
         kind = offset_bias_band(position, params, device=q.device, **options)
-    out = banded_attention(q.to(compute), k.to(compute), v.to(compute), kind, causal=causal, offset=offset,
-                           scale=scale, block=block)
-    return out.to(q.dtype)
+    # the band's passes are small (a few MiB): one thread each, the tails' kernels on every thread
+    band_elements = q.shape[0] * q.shape[1] * q.shape[2] * (block + kind.left_reach + kind.right_reach)
+    with serial_unless_large(q.device, band_elements):
+        out = banded_attention(q.to(compute), k.to(compute), v.to(compute), kind, causal=causal, offset=offset,
+                               scale=scale, block=block)
+        return out.to(q.dtype)

@@ -26,6 +26,8 @@ import warnings
 
 import torch
 
+from posenc_ref.fast.threads import serial_unless_large
+
 _SPARSE_BLOCK = 128  # FlexAttention's default block size for block masks
 _COMPILE_FAILED: set[tuple[str, torch.dtype, int]] = set()  # (device type, dtype, head_dim) that failed
 
@@ -236,8 +238,9 @@ def flex_bias_attention(
     # the per-call host work would cost more than it saves, so only the cached causal mask is used there.
     skip_far_blocks = alibi_slopes is not None and q.device.type == "cpu"
     if skip_far_blocks:
-        radius = alibi_keep_radius(q, k, alibi_slopes, scale)
-        mask = block_mask(q_len, k_len, offset, q.device, causal=causal, keep_radius=radius)
+        with serial_unless_large(q.device, q.numel()):  # norms and block bounds: small passes, one thread
+            radius = alibi_keep_radius(q, k, alibi_slopes, scale)
+            mask = block_mask(q_len, k_len, offset, q.device, causal=causal, keep_radius=radius)
     else:
         mask = cached_causal_block_mask(q_len, k_len, offset, q.device) if causal else None
     # the offset travels as a tensor so that a new offset does not recompile

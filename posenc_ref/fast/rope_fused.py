@@ -26,6 +26,7 @@ from posenc_ref._checks import (
     check_tensor,
 )
 from posenc_ref.fast.device import triton_runs_on
+from posenc_ref.fast.threads import serial_unless_large
 from posenc_ref.rope import ROPE_LAYOUTS, apply_rope
 
 ROPE_IMPLEMENTATIONS = ("auto", "triton", "torch")
@@ -107,39 +108,55 @@ def rotate_without_autograd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""RoPE for attention in inference, in as few passes over q and k as torch allows (arguments checked).
 
-    Queries sit at positions ``query_offset + i``, keys at j. Each pair (a, b) becomes
-    :math:`(a \cos - b \sin,\ b \cos + a \sin)`, i.e. with the pair swapped,
-    :math:`x' = x \odot C + \operatorname{swap}(x) \odot S` where C repeats :math:`c \cos(m\omega_i)` and S holds
-    :math:`-c \sin` on the pair's first feature and :math:`+c \sin` on its second: one copy that swaps the
-    pairs, one product, one fused multiply-add, all over contiguous memory, with C and S kept per shape.
-    When q and k share their positions (self-attention) they go through together. Every pass is a parallel
-    loop, and on a busy CPU each costs a scheduling delay whatever its size: the reference's rotation takes
-    about four times as many. Same result as :func:`apply_rope_torch` up to rounding (a fused multiply-add);
-    no autograd.
+    Queries sit at positions ``query_offset + i``, keys at j. Each pair (a, b) at position p becomes
+    :math:`c\,(a \cos p\omega_i - b \sin p\omega_i,\ a \sin p\omega_i + b \cos p\omega_i)`, the product of
+    :math:`a + \mathrm{i} b` with the rotor :math:`c\, e^{\mathrm{i} p \omega_i}`:
+
+    - "interleaved" (pairs (2i, 2i+1), adjacent in memory): x read as complex numbers, one complex product
+      with the rotors, one pass that writes the result;
+    - "half" (pairs (i, i + d/2)): :math:`x' = x \odot C` with C = (c cos, c cos), then the two halves
+      :math:`x'_{<} \mathrel{-}= x_{>} \odot c \sin` and :math:`x'_{>} \mathrel{+}= x_{<} \odot c \sin`,
+      no copy of x.
+
+    The rotors and tables are kept per frequencies (by value), positions and factor. The passes run on one
+    thread when they are small (see :mod:`posenc_ref.fast.threads`: on a busy CPU each parallel pass waits
+    for the pool's other threads longer than it works). Same result as :func:`apply_rope_torch` up to
+    rounding; no autograd.
 
     Returns (q_rot, k_rot), contiguous, in q's dtype.
     """
     angle_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q_len, k_len = q.shape[2], k.shape[2]
-    together = q.shape == k.shape and query_offset == 0
-    spans = [(0, q_len)] if together else [(query_offset, q_len), (0, k_len)]
     frequencies = tuple(inv_freq.tolist()) if inv_freq.device.type == "cpu" else inv_freq
-    tables = [_rotation_tables(frequencies, first, length, float(attention_factor), layout, angle_dtype,
-                               q.device) for first, length in spans]
-    pair_axis = -1 if layout == "interleaved" else -2  # pairs (2i, 2i+1) or (i, i + d/2)
-    outputs = []
-    for x, (cos_full, sin_signed) in zip([torch.stack((q, k))] if together else [q, k], tables, strict=True):
-        x = x.to(angle_dtype)  # (..., seq, head_dim)
-        swapped = x.unflatten(-1, (-1, 2) if layout == "interleaved" else (2, -1)).flip(pair_axis).flatten(-2)
-        outputs.append(swapped.mul_(sin_signed).addcmul_(x, cos_full).to(q.dtype))
-    return (outputs[0][0], outputs[0][1]) if together else (outputs[0], outputs[1])
+    rotated = []
+    with serial_unless_large(q.device, max(q.numel(), k.numel())):
+        for x, first_position in ((q, query_offset), (k, 0)):
+            tables = _rotation_tables(frequencies, first_position, x.shape[2], float(attention_factor), layout,
+                                      angle_dtype, q.device)
+            rotated.append(_rotate(x.to(angle_dtype), layout, tables).to(q.dtype))
+    return rotated[0], rotated[1]
+
+
+def _rotate(x: torch.Tensor, layout: str, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """x (..., seq, head_dim) rotated with the tables of :func:`_build_rotation_tables`; a new contiguous tensor."""
+    if layout == "interleaved":
+        (rotors,) = tables  # (seq, head_dim/2) complex
+        pairs = x.unflatten(-1, (-1, 2))  # (..., seq, head_dim/2, 2)
+        if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(step % 2 for step in pairs.stride()[:-1]):
+            pairs = pairs.contiguous()  # a complex view needs (real, imaginary) adjacent and aligned
+        out = torch.empty(pairs.shape[:-1], dtype=rotors.dtype, device=x.device)  # contiguous, whatever x is
+        return torch.view_as_real(torch.mul(torch.view_as_complex(pairs), rotors, out=out)).flatten(-2)
+    cos_full, sin = tables  # (seq, head_dim), (seq, head_dim/2)
+    half = x.shape[-1] // 2
+    out = torch.mul(x, cos_full, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))  # (..., seq, head_dim)
+    out[..., :half].addcmul_(x[..., half:], sin, value=-1.0)
+    out[..., half:].addcmul_(x[..., :half], sin)
+    return out
 
 
 def _rotation_tables(frequencies, first_position: int, length: int, attention_factor: float, layout: str,
-                     dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(C, S) of :func:`rotate_without_autograd` for positions first_position .. + length, each (length,
-    head_dim); ``frequencies`` a tuple of floats (kept per value: see :func:`_cached_rotation_tables`) or a
-    tensor (computed each time)."""
+                     dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The tables of :func:`_rotate` for positions first_position .. + length; ``frequencies`` a tuple of
+    floats (kept per value: see :func:`_cached_rotation_tables`) or a tensor (computed each time)."""
     if isinstance(frequencies, tuple):
         return _cached_rotation_tables(frequencies, first_position, length, attention_factor, layout, dtype,
                                        device)
@@ -147,20 +164,21 @@ def _rotation_tables(frequencies, first_position: int, length: int, attention_fa
 
 
 def _build_rotation_tables(inv_freq: torch.Tensor, first_position: int, length: int, attention_factor: float,
-                           layout: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                           layout: str, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """"interleaved": (rotors,), c e^{i p omega} complex (length, head_dim/2); "half": (C, c sin), C
+    (length, head_dim) = (c cos, c cos) and c sin (length, head_dim/2)."""
     positions = torch.arange(first_position, first_position + length, device=inv_freq.device)  # (length,)
     angles = positions.to(dtype)[:, None] * inv_freq.to(dtype)[None, :]  # (length, head_dim/2)
     cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
-    pair_axis = -1 if layout == "interleaved" else -2
-    cos_full = torch.stack((cos, cos), dim=pair_axis).flatten(-2)  # (length, head_dim)
-    sin_signed = torch.stack((-sin, sin), dim=pair_axis).flatten(-2)  # (length, head_dim)
-    return cos_full, sin_signed
+    if layout == "interleaved":
+        return (torch.complex(cos, sin),)  # (length, head_dim/2)
+    return torch.cat((cos, cos), dim=-1), sin  # (length, head_dim), (length, head_dim/2)
 
 
 @functools.lru_cache(maxsize=8)
 def _cached_rotation_tables(frequencies: tuple[float, ...], first_position: int, length: int,
                             attention_factor: float, layout: str, dtype: torch.dtype, device: torch.device
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+                            ) -> tuple[torch.Tensor, ...]:
     """The tables for frequencies given by value (a tuple of floats, read from a CPU tensor): a call with the
     same frequencies, positions and factor reuses them; a changed frequency is a new key."""
     inv_freq = torch.tensor(frequencies, dtype=torch.float64, device=device)
