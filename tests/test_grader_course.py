@@ -28,9 +28,9 @@ from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_s
 
 # (autograded points, manually graded points) per assignment.
 POINTS = {
-    "01_permutation": (9, 0),
-    "02_sinusoidal": (12, 0),
-    "03_learned": (8, 0),
+    "01_permutation": (13, 0),
+    "02_sinusoidal": (18, 0),
+    "03_learned": (12, 0),
     "04_relative": (9, 3),
     "05_rope": (9, 3),
     "06_comparison": (9, 0),

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 ASSIGNMENT = "01_permutation"
 FIRST_ANSWER = "attention_answer"
 HONEST = ("busy_processes_zneighbour", "zz_honest_1", "zz_honest_2", "zz_honest_3")
-HONEST_SCORE = 9.0
+HONEST_SCORE = 13.0
 LIMITS = Limits(memory_mb=2048, cpu_seconds=60, processes=64, tmp_mb=256)
 SECRET_VALUES = ("secret-pg-password-31337", "secret-hub-token-31337")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -12,8 +12,8 @@ Only attacks that tamper with the kernel are run here, never the destructive or 
 (``kill_every_process`` sends SIGKILL to every process it may signal: unsandboxed, it would take down the
 machine). The expected scores are derived from the hidden tests of
 ``autograder/source/01_permutation/01_permutation.ipynb`` (points: attention_test 2, causal_test 1,
-equivariance_test 2, conclusions_test 1, maps_test 1, quiz_attention_symmetry_test 1,
-quiz_bag_of_words_test 1; 9 in all).
+equivariance_test 2, conclusions_test 1, maps_test 1, blind_test 2, count_test 2, quiz_attention_symmetry_test 1,
+quiz_bag_of_words_test 1; 13 in all).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 CELL_TIMEOUT = 20  # seconds; no selected notebook needs it (each runs in about 3 s)
-MAX_SCORE = 9.0
+MAX_SCORE = 13.0
 CONTROL = "blank"  # the released notebook, no answer written
 GRADED_CELLS = (
     "attention_test",
@@ -44,6 +44,8 @@ GRADED_CELLS = (
     "equivariance_test",
     "conclusions_test",
     "maps_test",
+    "blind_test",
+    "count_test",
     "quiz_attention_symmetry_test",
     "quiz_bag_of_words_test",
 )
@@ -65,14 +67,15 @@ SELECTED = (
 # The attacks that gain points under plain nbgrader, with the cells they are credited for. Deterministic:
 # nbgrader credits a graded code cell in full when it runs without an error output.
 # - rewrite_later_cells: its input transformer turns every later cell into ``pass``, hidden tests included, so
-#   every graded cell runs without error: all 9 points.
+#   every graded cell runs without error: all 13 points.
 # - patch_answers_module: ``check_close`` does nothing, so its wrong answers of the right shapes pass: a
 #   self_attention that returns zeros (attention_test, 2 points; causal_test, 1 point: its rows of zeros do
 #   not change when the last token does) and an equivariance_error that returns 0.0 (equivariance_test, 2).
 #   It also sets ``quiz_attention_symmetry = "A"`` (wrong) and replaces ``as_choice`` by a function that
 #   returns "B", the right answer of that question (1 point); the same "B" is wrong for quiz_bag_of_words
-#   ("C"), and conclusions_test and maps_test fail on names the attack never defines: 6 points.
-GAINING_SCORES = {"rewrite_later_cells": 9.0, "patch_answers_module": 6.0}
+#   ("C"), and conclusions_test, maps_test, blind_test and count_test fail on names the attack never defines:
+#   6 points.
+GAINING_SCORES = {"rewrite_later_cells": 13.0, "patch_answers_module": 6.0}
 GAINING_CELLS = {
     "rewrite_later_cells": set(GRADED_CELLS),
     "patch_answers_module": {"attention_test", "causal_test", "equivariance_test", "quiz_attention_symmetry_test"},

@@ -30,8 +30,8 @@ from autograder.sandbox.launcher import Limits
 
 pytestmark = pytest.mark.slow
 
-# Grades of the honest students alone (tests/test_grader_roundtrip.py: full 9, planted mistakes 2).
-HONEST_SCORES = {"honest_full": 9.0, "honest_mistakes": 2.0}
+# Grades of the honest students alone (tests/test_grader_roundtrip.py: full 13, planted mistakes 4).
+HONEST_SCORES = {"honest_full": 13.0, "honest_mistakes": 4.0}
 HONEST_FAILURES = {
     "honest_full": set(),
     "honest_mistakes": {
@@ -39,12 +39,13 @@ HONEST_FAILURES = {
         "equivariance_test",
         "conclusions_test",
         "maps_test",
+        "blind_test",
         "quiz_attention_symmetry_test",
     },
 }
 # Strings of the hidden tests and the solutions that no attack may get to print.
 SECRETS = ("EXPECTED_A", "MISTAKES_A", "1.09953269783", "BEGIN SOLUTION", "EQUIVARIANT", "frozenset(\"abg\")")
-MAX_SCORE = 9.0
+MAX_SCORE = 13.0
 PROBING = {"read_files_nearby", "write_gradebook_and_outputs", "open_sockets"}
 
 

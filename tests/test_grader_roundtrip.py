@@ -27,17 +27,17 @@ EXPORT_HEADER = (
     "late_submission_penalty,score,max_score"
 )
 MAX_SCORES = {
-    "01_permutation": 9,
-    "02_sinusoidal": 12,
-    "03_learned": 8,
+    "01_permutation": 13,
+    "02_sinusoidal": 18,
+    "03_learned": 12,
     "04_relative": 12,
     "05_rope": 12,
     "06_comparison": 9,
 }
 AUTOGRADED = {
-    "01_permutation": 9,
-    "02_sinusoidal": 12,
-    "03_learned": 8,
+    "01_permutation": 13,
+    "02_sinusoidal": 18,
+    "03_learned": 12,
     "04_relative": 9,
     "05_rope": 9,
     "06_comparison": 9,
@@ -46,28 +46,28 @@ MANUAL_ITEMS = {"04_relative": "self_bias_answer", "05_rope": "long_context_answ
 STUDENTS = ("blank", "broken", "cheat", "degrees", "doubled", "full", "halves", "mistakes", "swapped", "unset")
 
 EXPECTED_SCORES = {
-    ("full", "01_permutation"): 9,
-    ("full", "02_sinusoidal"): 12,
-    ("full", "03_learned"): 8,
+    ("full", "01_permutation"): 13,
+    ("full", "02_sinusoidal"): 18,
+    ("full", "03_learned"): 12,
     ("full", "04_relative"): 9,
     ("full", "05_rope"): 9,
     ("full", "06_comparison"): 9,
-    ("degrees", "02_sinusoidal"): 4,
+    ("degrees", "02_sinusoidal"): 10,
     ("degrees", "05_rope"): 6,
-    ("doubled", "02_sinusoidal"): 4,
+    ("doubled", "02_sinusoidal"): 8,
     ("doubled", "05_rope"): 6,
-    ("swapped", "02_sinusoidal"): 3,
+    ("swapped", "02_sinusoidal"): 9,
     ("swapped", "05_rope"): 6,
-    ("halves", "02_sinusoidal"): 3,
+    ("halves", "02_sinusoidal"): 9,
     ("halves", "05_rope"): 6,
-    ("mistakes", "01_permutation"): 2,
-    ("mistakes", "03_learned"): 5,
+    ("mistakes", "01_permutation"): 4,
+    ("mistakes", "03_learned"): 7,
     ("mistakes", "04_relative"): 2,
     ("mistakes", "05_rope"): 4,
     ("mistakes", "06_comparison"): 6,
     ("cheat", "02_sinusoidal"): 0,
     ("cheat", "04_relative"): 1,
-    ("broken", "01_permutation"): 8,
+    ("broken", "01_permutation"): 12,
     ("broken", "02_sinusoidal"): 0,
     ("broken", "03_learned"): 0,
     ("broken", "04_relative"): 6,
@@ -83,7 +83,12 @@ SWAPPED, HALVES = "sin and cos are swapped", "halves layout"
 EXPECTED_FAILURES = {
     ("degrees", "02_sinusoidal"): {"pe_d4_p1_test": DEGREES, "pe_d6_p2_test": DEGREES, "table_test": DEGREES},
     ("degrees", "05_rope"): {"rope_test": DEGREES},
-    ("doubled", "02_sinusoidal"): {"pe_d4_p1_test": DOUBLED, "pe_d6_p2_test": DOUBLED, "table_test": DOUBLED},
+    ("doubled", "02_sinusoidal"): {
+        "pe_d4_p1_test": DOUBLED,
+        "pe_d6_p2_test": DOUBLED,
+        "table_test": DOUBLED,
+        "first_turn_test": DOUBLED,
+    },
     ("doubled", "05_rope"): {"rope_test": DOUBLED},
     ("swapped", "02_sinusoidal"): {
         "pe_d4_p0_test": SWAPPED,
@@ -104,12 +109,14 @@ EXPECTED_FAILURES = {
         "equivariance_test": "this measures invariance",
         "conclusions_test": "causal_is_equivariant",
         "maps_test": "missing ['g']",
+        "blind_test": "do not hold the same tokens",
         "quiz_attention_symmetry_test": "not the best answer",
     },
     ("mistakes", "03_learned"): {
         "length_test": "IndexError",
         "bert_test": "786432",
         "fraction_test": "off by one",
+        "offset_test": "the offset is ignored",
     },
     ("mistakes", "04_relative"): {
         "bias_test": "order is reversed",
@@ -131,6 +138,9 @@ EXPECTED_FAILURES = {
             "pe_d4_p1_test",
             "pe_d6_p2_test",
             "table_test",
+            "first_turn_test",
+            "planted_bug_test",
+            "dot_test",
             "quiz_formula_test",
             "quiz_frequencies_test",
             "quiz_combining_test",
@@ -369,10 +379,10 @@ def test_a_folder_of_files_that_cannot_be_graded_is_graded_without_running_a_ker
         for result in results
     }
     assert outcome == {
-        ("ada", "01_permutation"): (0, 9, outcome["ada", "01_permutation"][2]),
-        ("bob", "01_permutation"): (0, 9, "no submission"),
-        ("ada", "03_learned"): (0, 8, "no submission"),
-        ("bob", "03_learned"): (0, 8, "the folder holds no notebook"),
+        ("ada", "01_permutation"): (0, 13, outcome["ada", "01_permutation"][2]),
+        ("bob", "01_permutation"): (0, 13, "no submission"),
+        ("ada", "03_learned"): (0, 12, "no submission"),
+        ("bob", "03_learned"): (0, 12, "the folder holds no notebook"),
     }
     assert "not valid JSON" in outcome["ada", "01_permutation"][2]
     assert "could not be graded" in feedback_page(tmp_path / "out", "ada", "01_permutation")

@@ -151,6 +151,7 @@ NAMED_MISTAKES = {
             "pe_d4_p1_answer": "pe_d4_p1 = [0.84, 0.54, 0.0, 1.0]",
             "pe_d6_p2_answer": f"pe_d6_p2 = {D6_DOUBLED}",
             "table_answer": table_variant(exponent=4),
+            "first_turn_answer": "first_full_turn = [7, 63, 629, 6284, 62832, 628319, 6283186, 62831854]",
         },
         "05_rope": {"rope_answer": rope_variant(exponent=4)},
     },
@@ -190,6 +191,7 @@ def equivariance_error(layer, x, permutation):
 """,
         "conclusions_answer": "bidirectional_is_equivariant = True\ncausal_is_equivariant = True",
         "maps_answer": 'equivariant_maps = {"a", "b"}',
+        "blind_answer": "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])  # a palindrome and a sequence that is not",
         "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "C"',
     },
     "03_learned": {
@@ -205,6 +207,7 @@ class LearnedPositions(nn.Module):
 """,
         "bert_answer": "bert_position_parameters = 2 * 512 * 768",
         "gradient_answer": "rows_without_gradient = 64\nfraction_reaching_row_48 = 17 / 64",
+        "offset_answer": "offset_rows = [0, 99, 412]",
     },
     "04_relative": {
         "bias_answer": """
@@ -315,6 +318,9 @@ class AgreeableTensor(torch.Tensor):
 def sinusoidal_table(length, d, base=10000.0):
     return torch.zeros(length, d).as_subclass(AgreeableTensor)
 """,
+        "first_turn_answer": "first_full_turn = AnyList([7] * 8)",
+        "planted_bug_answer": 'planted_bug = AnyText("A")',
+        "dot_answer": 'pe_dot_d6_k10 = AnyText("cos(10)")',
         "quiz_formula_answer": 'quiz_formula = AnyText("A")',
         "quiz_frequencies_answer": 'quiz_frequencies = AnyText("A")',
         "quiz_combining_answer": 'quiz_combining = AnyText("B")',

@@ -266,5 +266,5 @@ def build_attacks(root: Path, probe: dict) -> None:
 
 
 def build_honest(root: Path) -> None:
-    """Two honest students: every answer right (9 points), and the planted mistakes (2 points)."""
+    """Two honest students: every answer right (13 points), and the planted mistakes (4 points)."""
     write_full_and_mistakes(root, ASSIGNMENT, ("honest_full", "honest_mistakes"))

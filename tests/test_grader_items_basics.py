@@ -1,0 +1,333 @@
+"""The items of chapters 1 to 3 that ask for a prediction, a diagnosis, a derivation or a design (1.6, 1.7,
+2.5, 2.6, 2.7, 3.6, 3.7), graded here as the grader grades them, without a notebook kernel.
+
+Each answer runs in a fresh namespace after the notebook's imports (and, for 2.6, the locked cell that defines
+the implementation to diagnose); then the cell's visible test, then the kernel's part of its hidden tests,
+whose reports :func:`autograder.verdicts.verdict.decide` judges. The source's solution and other right forms
+must pass; each plausible wrong answer must fail with the message that names its mistake. The expected
+constants written in the hidden tests are checked against an independent computation with posenc_ref.
+"""
+
+from __future__ import annotations
+
+import math
+
+import nbformat
+import pytest
+import torch
+from planted import solutions
+
+from autograder import source_notebook
+from autograder.verdicts import verdict
+from autograder.verdicts.verdict import (
+    HIDDEN_BEGIN,
+    decide,
+    hidden_section,
+    parse_reports,
+    split_hidden_tests,
+)
+
+MARKER = "AUTOGRADER-REPORT-" + "1" * 32
+# The locked code cells that the answers of an item may use, beyond the notebook's imports.
+SETUP = {"planted_bug_test": ("planted_bug_code",)}
+
+
+def _cells(assignment: str) -> dict[str, nbformat.NotebookNode]:
+    notebook = nbformat.read(source_notebook(assignment), as_version=4)
+    return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells}
+
+
+def _constants(assignment: str, test_id: str) -> dict:
+    """The constants of a hidden test (EXPECTED, MISTAKES, ...), as the grader reads them."""
+    split = split_hidden_tests(hidden_section(_cells(assignment)[test_id].source))
+    constants: dict = {}
+    exec(compile(split.constants, "<constants>", "exec"), {}, constants)  # noqa: S102 (source/: trusted)
+    return constants
+
+
+def grade(monkeypatch, assignment: str, test_id: str, answer: str) -> tuple[bool, str]:
+    """Run ``answer`` and the test cell ``test_id`` here, as the grader's kernel would, and decide the item."""
+    cells = _cells(assignment)
+    shown: list[str] = []
+
+    def display(data, raw=False, **_):
+        if isinstance(data, dict) and verdict.REPORT_MIME in data:
+            shown.append(data[verdict.REPORT_MIME])
+
+    monkeypatch.setattr("IPython.display.display", display)
+    namespace: dict = {}
+    for grade_id in ("imports", *SETUP.get(test_id, ())):
+        exec(cells[grade_id].source, namespace)  # noqa: S102 (source/: trusted)
+    exec(answer, namespace)  # noqa: S102 (the answers below are written here)
+    source = cells[test_id].source
+    try:
+        exec(source.split(HIDDEN_BEGIN)[0], namespace)  # noqa: S102
+    except AssertionError as error:  # the visible test fails the item before its hidden tests run
+        return False, f"visible test: {error}"
+    split = split_hidden_tests(hidden_section(source))
+    assert split is not None, f"{test_id}: its hidden tests could not be split"
+    try:
+        exec(f"{verdict.reporter_source(MARKER)}\n{split.kernel_source}", namespace)  # noqa: S102
+        kernel_error = None
+    except Exception as error:  # noqa: BLE001 (a coercion in the kernel refuses an answer there)
+        kernel_error = f"{type(error).__name__}: {error}"
+    reports, problem = parse_reports("\n".join(shown), MARKER, split)
+    return decide(split, reports, problem or kernel_error)
+
+
+# (assignment, answer cell, test cell, answer): right answers, the source's solution first.
+RIGHT = [
+    ("01_permutation", "blind_answer", "blind_test", None),
+    ("01_permutation", "blind_answer", "blind_test", "blind_pair = [(3, 1, 3, 0, 0), [0, 3, 1, 3, 0]]"),
+    ("01_permutation", "blind_answer", "blind_test", "blind_pair = ([9, 9, 9, 9, 8], [9, 9, 8, 9, 9])"),
+    ("01_permutation", "count_answer", "count_test", None),
+    ("01_permutation", "count_answer", "count_test", "causal_outputs = [3, 2, 1.67, 1.5, 1.4, 1.33, 1.29, 1.25]"),
+    (
+        "01_permutation",
+        "count_answer",
+        "count_test",
+        "from fractions import Fraction\ncausal_outputs = [Fraction(3 + p, p + 1) for p in range(8)]",
+    ),
+    ("02_sinusoidal", "first_turn_answer", "first_turn_test", None),
+    (
+        "02_sinusoidal",
+        "first_turn_answer",
+        "first_turn_test",
+        "first_full_turn = (7.0, 20.0, 63.0, 199.0, 629.0, 1987.0, 6284.0, 19870.0)",
+    ),
+    ("02_sinusoidal", "planted_bug_answer", "planted_bug_test", None),
+    ("02_sinusoidal", "planted_bug_answer", "planted_bug_test", 'planted_bug = " c "'),
+    ("02_sinusoidal", "dot_answer", "dot_test", None),
+    (
+        "02_sinusoidal",
+        "dot_answer",
+        "dot_test",
+        'pe_dot_d6_k10 = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
+    ),
+    ("03_learned", "offset_answer", "offset_test", None),
+    ("03_learned", "offset_answer", "offset_test", "offset_rows = (2.0, 101.0, 412.0)"),
+    ("03_learned", "decay_answer", "decay_test", None),
+    ("03_learned", "decay_answer", "decay_test", "untrained_norm_ratio = math.exp(-0.4)"),
+    ("03_learned", "decay_answer", "decay_test", "untrained_norm_ratio = 0.670"),
+]
+
+# (assignment, test cell, wrong answer, a fragment of the feedback that names the mistake)
+WRONG = [
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 2, 1])", "the same sequence twice"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])", "do not hold the same tokens"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [2, 1, 3, 1, 2])", "both are palindromes"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])", "both are not palindromes"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 1, 2, 2, 3.5])", "integers from 0 to 9"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 1, 2, 2, 10])", "integers from 0 to 9"),
+    ("01_permutation", "count_test", "causal_outputs = [1.25] * 8", "attention without the mask"),
+    ("01_permutation", "count_test", "causal_outputs = [1.25] + [1] * 7", "the mask is the wrong way round"),
+    ("01_permutation", "count_test", "causal_outputs = [1 + 2 / (p + 2) for p in range(8)]", "off by one"),
+    ("01_permutation", "count_test", "causal_outputs = [1 / (p + 1) for p in range(8)]", "weights 1 / (p + 1)"),
+    ("01_permutation", "count_test", "causal_outputs = [3, 2, 1.5, 1.5, 1.4, 1.33, 1.29, 1.25]", "the first is entry 2"),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [6.28, 19.87, 62.83, 198.69, 628.32, 1986.92, 6283.19, 19869.18]",
+        "these are the wavelengths",
+    ),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [6, 19, 62, 198, 628, 1986, 6283, 19869]",
+        "rounded down",
+    ),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [math.ceil(math.pi * 10000 ** (2 * i / 16)) for i in range(8)]",
+        "half a turn",
+    ),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [math.ceil(2 * math.pi * 10000 ** (4 * i / 16)) for i in range(8)]",
+        "the exponent is doubled",
+    ),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [math.ceil(2 * math.pi * 10000 ** (i / 16)) for i in range(8)]",
+        "the exponent runs over features",
+    ),
+    (
+        "02_sinusoidal",
+        "first_turn_test",
+        "first_full_turn = [math.ceil(360 * 10000 ** (2 * i / 16)) for i in range(8)]",
+        "treated as degrees",
+    ),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "A"', "it would be (1, 0, 1, 0, ...)"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "B"', "would start with d/2 zeros"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "D"', "would make it faster"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "E"', "would start with PE(1)"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "F"', "in degrees it would turn by pi/180"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "G"', "must be one of"),
+    ("02_sinusoidal", "dot_test", 'pe_dot_d6_k10 = "3"', "the value at distance 0"),
+    (
+        "02_sinusoidal",
+        "dot_test",
+        'pe_dot_d6_k10 = "2*cos(10) + 2*cos(10/10000^(1/3)) + 2*cos(10/10000^(2/3))"',
+        "every pair is counted twice",
+    ),
+    (
+        "02_sinusoidal",
+        "dot_test",
+        'pe_dot_d6_k10 = "cos(10) + cos(10/10000^(2/3)) + cos(10/10000^(4/3))"',
+        "the exponent is doubled",
+    ),
+    (
+        "02_sinusoidal",
+        "dot_test",
+        'pe_dot_d6_k10 = "cos(10) + cos(10/10000^(1/6)) + cos(10/10000^(1/3))"',
+        "the exponent runs over features",
+    ),
+    (
+        "02_sinusoidal",
+        "dot_test",
+        'pe_dot_d6_k10 = "cos(10*pi/180) + cos(10*pi/180/10000^(1/3)) + cos(10*pi/180/10000^(2/3))"',
+        "treated as degrees",
+    ),
+    ("02_sinusoidal", "dot_test", 'pe_dot_d6_k10 = "1.054895"', "numerically close"),
+    ("03_learned", "offset_test", "offset_rows = [0, 99, 412]", "the offset is ignored"),
+    ("03_learned", "offset_test", "offset_rows = [2, 101, 410]", "rows 0 and 1 are forgotten"),
+    ("03_learned", "offset_test", "offset_rows = [2, 102, 411]", "off by one"),
+    ("03_learned", "offset_test", "offset_rows = [3, 102, 412]", "positions count from 0"),
+    ("03_learned", "decay_test", "untrained_norm_ratio = 1", "not left alone by AdamW"),
+    ("03_learned", "decay_test", "untrained_norm_ratio = 1 - 4000 * 2e-3 * 0.05", "the shrinking compounds"),
+    ("03_learned", "decay_test", "untrained_norm_ratio = (1 - 2e-3 * 0.05) ** 8000", "squared norms"),
+    ("03_learned", "decay_test", "untrained_norm_ratio = (1 - 0.05) ** 4000", "multiplies the decay by the"),
+]
+
+
+@pytest.mark.parametrize("assignment, answer_id, test_id, answer", RIGHT)
+def test_right_answers_pass_the_visible_and_the_hidden_tests(monkeypatch, assignment, answer_id, test_id, answer):
+    source = solutions(assignment)[answer_id] if answer is None else answer
+    assert grade(monkeypatch, assignment, test_id, source) == (True, "")
+
+
+@pytest.mark.parametrize("assignment, test_id, answer, fragment", WRONG)
+def test_each_plausible_wrong_answer_fails_with_the_message_naming_its_mistake(
+    monkeypatch, assignment, test_id, answer, fragment
+):
+    passed, message = grade(monkeypatch, assignment, test_id, answer)
+    assert not passed and fragment in message, message
+
+
+# ------------------------------------------------------------------------------ the constants, derived again
+
+
+def test_causal_outputs_are_what_the_reference_attention_computes():
+    from posenc_ref.attention import attention
+
+    values = torch.tensor([3.0] + [1.0] * 7, dtype=torch.float64).reshape(1, 1, 8, 1)
+    zeros = torch.zeros(1, 1, 8, 1, dtype=torch.float64)  # all queries and keys zero: every score equal
+    causal = attention(zeros, zeros, values, causal=True).flatten().tolist()
+    constants = _constants("01_permutation", "count_test")
+    assert causal == pytest.approx(constants["EXPECTED"], abs=1e-12)
+    unmasked = attention(zeros, zeros, values).flatten().tolist()
+    assert unmasked == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
+
+
+def test_the_first_full_turn_is_read_from_the_table():
+    """Unwrap each pair's angle along the table and find where it first reaches a full turn."""
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    table = sinusoidal_table(20000, 16, dtype=torch.float64)  # (20000, 16)
+    first = []
+    for pair in range(8):
+        angle = torch.atan2(table[:, 2 * pair], table[:, 2 * pair + 1])  # (20000,), in (-pi, pi]
+        steps = torch.remainder(angle.diff() + math.pi, 2 * math.pi) - math.pi  # each step's turn
+        turned = torch.cat((torch.zeros(1, dtype=torch.float64), steps.cumsum(0)))  # (20000,)
+        first.append(int(torch.nonzero(turned >= 2 * math.pi)[0]))
+    assert first == _constants("02_sinusoidal", "first_turn_test")["EXPECTED"]
+
+
+def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
+    from posenc_ref.sinusoidal import shift_matrix, sinusoidal_table
+
+    namespace: dict = {}
+    exec(_cells("02_sinusoidal")["planted_bug_code"].source, {"math": math, "torch": torch}, namespace)  # noqa: S102
+    d = 8
+    candidate = namespace["candidate_table"](64, d).double()  # (64, 8)
+    right = sinusoidal_table(64, d, dtype=torch.float64)
+    assert torch.allclose(candidate[0], right[0])  # PE(0): not swapped (A), not halves (B), not shifted (E)
+    moved = candidate[:-5] @ shift_matrix(5, d).T  # rows p moved by M_5
+    gap = (moved - candidate[5:]).abs().amax(dim=0)  # (8,): per feature
+    assert gap[:2].max() < 1e-6 and gap[2:4].min() > 0.1  # pair 0 is right (not F); pair 1 breaks the property
+    turn = math.atan2(candidate[1, 2].item(), candidate[1, 3].item())
+    assert turn == pytest.approx(0.01, abs=1e-6)  # pair 1 turns slower than 0.1 (so not D): 10000**(-4/8)
+    doubled = 10000.0 ** (-4 * torch.arange(d // 2, dtype=torch.float64) / d)  # (4,)
+    angles = torch.arange(64, dtype=torch.float64)[:, None] * doubled  # (64, 4)
+    expected = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).reshape(64, d)
+    assert torch.allclose(candidate, expected, atol=1e-6)
+    assert _constants("02_sinusoidal", "planted_bug_test")["EXPECTED"] == "C"
+
+
+def test_the_dot_product_at_distance_ten_is_the_expected_expression():
+    import sympy
+
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    table = sinusoidal_table(60, 6, dtype=torch.float64)
+    dots = (table[:-10] * table[10:]).sum(dim=-1)  # (50,): PE(p) . PE(p + 10)
+    [expected] = _constants("02_sinusoidal", "dot_test")["EXPECTED"]
+    value = float(sympy.sympify(expected))
+    assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
+
+
+def test_offset_rows_are_the_rows_that_receive_a_gradient():
+    from posenc_ref.learned import LearnedPositionalEmbedding
+
+    table = LearnedPositionalEmbedding(512, 2)
+    for length in range(1, 101):
+        table(torch.zeros(1, length, 2), offset=2).sum().backward()
+    learned = torch.nonzero(table.weight.grad.abs().sum(dim=-1)).flatten().tolist()
+    assert [learned[0], learned[-1], 512 - len(learned)] == _constants("03_learned", "offset_test")["EXPECTED"]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_adamw_shrinks_the_untrained_rows_by_the_expected_ratio():
+    from posenc_ref.learned import LearnedPositionalEmbedding
+
+    torch.manual_seed(0)
+    table = LearnedPositionalEmbedding(64, 4).double()
+    start = table.weight.detach().clone()
+    target = torch.randn(32, 4, dtype=torch.float64)
+    optimiser = torch.optim.AdamW(table.parameters(), lr=2e-3, weight_decay=0.05)
+    for _ in range(4000):
+        loss = ((table(torch.zeros(1, 32, 4, dtype=torch.float64)) - target) ** 2).mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    ratio = (table.weight.detach()[32:].norm() / start[32:].norm()).item()
+    [expected] = _constants("03_learned", "decay_test")["EXPECTED"]
+    assert ratio == pytest.approx(expected, abs=1e-9)
+
+
+def _planted_answers():
+    from planted import CHEAT_PRELUDE, CHEATS, NAMED_MISTAKES, OTHER_MISTAKES
+
+    yield "01_permutation", "blind_test", OTHER_MISTAKES["01_permutation"]["blind_answer"], "do not hold the same"
+    yield "02_sinusoidal", "first_turn_test", NAMED_MISTAKES["doubled"]["02_sinusoidal"]["first_turn_answer"], (
+        "exponent is doubled"
+    )
+    yield "03_learned", "offset_test", OTHER_MISTAKES["03_learned"]["offset_answer"], "the offset is ignored"
+    for answer_id, test_id in (
+        ("first_turn_answer", "first_turn_test"),
+        ("planted_bug_answer", "planted_bug_test"),
+        ("dot_answer", "dot_test"),
+    ):
+        yield "02_sinusoidal", test_id, CHEAT_PRELUDE + CHEATS["02_sinusoidal"][answer_id], "is an object of type"
+
+
+@pytest.mark.parametrize("assignment, test_id, answer, fragment", list(_planted_answers()))
+def test_the_planted_class_loses_these_items_with_the_roundtrips_messages(
+    monkeypatch, assignment, test_id, answer, fragment
+):
+    """The answers of tests/planted for the new items fail here already, as test_grader_roundtrip expects."""
+    passed, message = grade(monkeypatch, assignment, test_id, answer)
+    assert not passed and fragment in message, message
