@@ -31,9 +31,9 @@ POINTS = {
     "01_permutation": (13, 0),
     "02_sinusoidal": (18, 0),
     "03_learned": (12, 0),
-    "04_relative": (9, 3),
-    "05_rope": (9, 3),
-    "06_comparison": (9, 0),
+    "04_relative": (13, 3),
+    "05_rope": (13, 3),
+    "06_comparison": (13, 0),
 }
 QUIZ_QUESTIONS = 12
 

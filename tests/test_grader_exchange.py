@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 ASSIGNMENT = "04_relative"
 WRITTEN = "self_bias_answer"
-AUTOGRADED_POINTS = 9.0  # the full solution's automatic points (tests/test_grader_roundtrip.py)
+AUTOGRADED_POINTS = 13.0  # the full solution's automatic points (tests/test_grader_roundtrip.py)
 HAND_POINTS = 2.5
 COMMENT = "Right idea; say why the bias depends on the distance only."
 
@@ -97,7 +97,7 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     pages = sorted((home / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html"))
     assert len(pages) == 1, pages
     page = html.unescape(pages[0].read_text(encoding="utf-8"))
-    assert f"Score: {AUTOGRADED_POINTS + HAND_POINTS:.1f} / 12.0" in page  # the notebook's total
+    assert f"Score: {AUTOGRADED_POINTS + HAND_POINTS:.1f} / 16.0" in page  # the notebook's total
     assert f"Score: {HAND_POINTS:.1f} / 3.0" in page  # the written answer's
     assert COMMENT in page
     assert "Content-Security-Policy" in page

@@ -47,7 +47,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 ASSIGNMENT = "04_relative"
 WRITTEN = "self_bias_answer"  # 3 points, graded by hand
-AUTOGRADED_POINTS = {"full": 9.0, "mistakes": 2.0}  # tests/test_grader_roundtrip.py
+AUTOGRADED_POINTS = {"full": 13.0, "mistakes": 4.0}  # tests/test_grader_roundtrip.py
 HAND_POINTS = 2.0
 COMMENT = "Correct: the bias depends on the distance only. State what the softmax then sees."
 HOSTILE_OUTPUT = (
@@ -119,7 +119,7 @@ def _check_hand_grade_everywhere(out: Path) -> None:
     }  # fmt: skip
     assert _item(out, "mistakes", WRITTEN)["status"] == "manual"
     page = _page(out, "full")
-    assert f"Score: {AUTOGRADED_POINTS['full'] + HAND_POINTS:.1f} / 12.0" in page
+    assert f"Score: {AUTOGRADED_POINTS['full'] + HAND_POINTS:.1f} / 16.0" in page
     assert f"Score: {HAND_POINTS:.1f} / 3.0" in page and COMMENT in page
     assert "Content-Security-Policy" in page
 

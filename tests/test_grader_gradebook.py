@@ -33,8 +33,8 @@ pytestmark = pytest.mark.slow
 ASSIGNMENT = "04_relative"
 MANUAL_ITEM = "self_bias_answer"
 # From tests/test_grader_roundtrip.py: 9 autograded points of 12 for the full solution, 2 with the mistakes.
-EXPECTED_SCORES = {"full": 9.0, "mistakes": 2.0}
-MAX_SCORE = 12.0
+EXPECTED_SCORES = {"full": 13.0, "mistakes": 4.0}
+MAX_SCORE = 16.0
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

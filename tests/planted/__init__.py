@@ -234,6 +234,7 @@ def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distanc
 def alibi_slopes(num_heads):
     return [2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)]
 """,
+        "t5_last_bucket_answer": "t5_last_bucket_start = 240  # the causal layout: 64 buckets in one direction",
         "quiz_absolute_relative_answer": 'quiz_absolute_relative = "C"',
     },
     "05_rope": {
@@ -256,6 +257,7 @@ def interleaved_to_half(x):
     d = x.shape[-1]
     return torch.stack((x[..., : d // 2], x[..., d // 2 :]), dim=-1).flatten(-2)
 """,
+        "slow_pairs_answer": "slow_pairs_llama3 = 35  # the pairs that do complete a turn",
         "quiz_long_sequences_answer": 'quiz_long_sequences = "A"',
     },
     "06_comparison": {
@@ -264,6 +266,7 @@ def interleaved_to_half(x):
 position_parameters = {"none": 0, "sinusoidal": 0, "learned": 8192, "shaw": 264, "t5": 256,
                        "alibi": 0, "rope": 0}
 """,
+        "shaw_memory_answer": "shaw_memory_mib = [4 * 12 * 1024**2 * 64 * 32 / 2**20, 12 * 1024**2 * 32 / 2**20]  # bits",
     },
 }
 
