@@ -12,67 +12,18 @@ from __future__ import annotations
 
 import math
 
-import nbformat
 import pytest
 import torch
+from item_grading import grade_item, hidden_constants, source_cells
 from planted import solutions
 
-from autograder import source_notebook
-from autograder.verdicts import verdict
-from autograder.verdicts.verdict import (
-    HIDDEN_BEGIN,
-    decide,
-    hidden_section,
-    parse_reports,
-    split_hidden_tests,
-)
-
-MARKER = "AUTOGRADER-REPORT-" + "1" * 32
 # The locked code cells that the answers of an item may use, beyond the notebook's imports.
 SETUP = {"planted_bug_test": ("planted_bug_code",)}
 
 
-def _cells(assignment: str) -> dict[str, nbformat.NotebookNode]:
-    notebook = nbformat.read(source_notebook(assignment), as_version=4)
-    return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells}
-
-
-def _constants(assignment: str, test_id: str) -> dict:
-    """The constants of a hidden test (EXPECTED, MISTAKES, ...), as the grader reads them."""
-    split = split_hidden_tests(hidden_section(_cells(assignment)[test_id].source))
-    constants: dict = {}
-    exec(compile(split.constants, "<constants>", "exec"), {}, constants)  # noqa: S102 (source/: trusted)
-    return constants
-
-
 def grade(monkeypatch, assignment: str, test_id: str, answer: str) -> tuple[bool, str]:
     """Run ``answer`` and the test cell ``test_id`` here, as the grader's kernel would, and decide the item."""
-    cells = _cells(assignment)
-    shown: list[str] = []
-
-    def display(data, raw=False, **_):
-        if isinstance(data, dict) and verdict.REPORT_MIME in data:
-            shown.append(data[verdict.REPORT_MIME])
-
-    monkeypatch.setattr("IPython.display.display", display)
-    namespace: dict = {}
-    for grade_id in ("imports", *SETUP.get(test_id, ())):
-        exec(cells[grade_id].source, namespace)  # noqa: S102 (source/: trusted)
-    exec(answer, namespace)  # noqa: S102 (the answers below are written here)
-    source = cells[test_id].source
-    try:
-        exec(source.split(HIDDEN_BEGIN)[0], namespace)  # noqa: S102
-    except AssertionError as error:  # the visible test fails the item before its hidden tests run
-        return False, f"visible test: {error}"
-    split = split_hidden_tests(hidden_section(source))
-    assert split is not None, f"{test_id}: its hidden tests could not be split"
-    try:
-        exec(f"{verdict.reporter_source(MARKER)}\n{split.kernel_source}", namespace)  # noqa: S102
-        kernel_error = None
-    except Exception as error:  # noqa: BLE001 (a coercion in the kernel refuses an answer there)
-        kernel_error = f"{type(error).__name__}: {error}"
-    reports, problem = parse_reports("\n".join(shown), MARKER, split)
-    return decide(split, reports, problem or kernel_error)
+    return grade_item(monkeypatch, assignment, test_id, answer, setup=SETUP.get(test_id, ()))
 
 
 # (assignment, answer cell, test cell, answer): right answers, the source's solution first.
@@ -226,7 +177,7 @@ def test_causal_outputs_are_what_the_reference_attention_computes():
     values = torch.tensor([3.0] + [1.0] * 7, dtype=torch.float64).reshape(1, 1, 8, 1)
     zeros = torch.zeros(1, 1, 8, 1, dtype=torch.float64)  # all queries and keys zero: every score equal
     causal = attention(zeros, zeros, values, causal=True).flatten().tolist()
-    constants = _constants("01_permutation", "count_test")
+    constants = hidden_constants("01_permutation", "count_test")
     assert causal == pytest.approx(constants["EXPECTED"], abs=1e-12)
     unmasked = attention(zeros, zeros, values).flatten().tolist()
     assert unmasked == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
@@ -243,14 +194,14 @@ def test_the_first_full_turn_is_read_from_the_table():
         steps = torch.remainder(angle.diff() + math.pi, 2 * math.pi) - math.pi  # each step's turn
         turned = torch.cat((torch.zeros(1, dtype=torch.float64), steps.cumsum(0)))  # (20000,)
         first.append(int(torch.nonzero(turned >= 2 * math.pi)[0]))
-    assert first == _constants("02_sinusoidal", "first_turn_test")["EXPECTED"]
+    assert first == hidden_constants("02_sinusoidal", "first_turn_test")["EXPECTED"]
 
 
 def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     from posenc_ref.sinusoidal import shift_matrix, sinusoidal_table
 
     namespace: dict = {}
-    exec(_cells("02_sinusoidal")["planted_bug_code"].source, {"math": math, "torch": torch}, namespace)  # noqa: S102
+    exec(source_cells("02_sinusoidal")["planted_bug_code"], {"math": math, "torch": torch}, namespace)  # noqa: S102
     d = 8
     candidate = namespace["candidate_table"](64, d).double()  # (64, 8)
     right = sinusoidal_table(64, d, dtype=torch.float64)
@@ -264,7 +215,7 @@ def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     angles = torch.arange(64, dtype=torch.float64)[:, None] * doubled  # (64, 4)
     expected = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).reshape(64, d)
     assert torch.allclose(candidate, expected, atol=1e-6)
-    assert _constants("02_sinusoidal", "planted_bug_test")["EXPECTED"] == "C"
+    assert hidden_constants("02_sinusoidal", "planted_bug_test")["EXPECTED"] == "C"
 
 
 def test_the_dot_product_at_distance_ten_is_the_expected_expression():
@@ -274,7 +225,7 @@ def test_the_dot_product_at_distance_ten_is_the_expected_expression():
 
     table = sinusoidal_table(60, 6, dtype=torch.float64)
     dots = (table[:-10] * table[10:]).sum(dim=-1)  # (50,): PE(p) . PE(p + 10)
-    [expected] = _constants("02_sinusoidal", "dot_test")["EXPECTED"]
+    [expected] = hidden_constants("02_sinusoidal", "dot_test")["EXPECTED"]
     value = float(sympy.sympify(expected))
     assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
 
@@ -286,7 +237,7 @@ def test_offset_rows_are_the_rows_that_receive_a_gradient():
     for length in range(1, 101):
         table(torch.zeros(1, length, 2), offset=2).sum().backward()
     learned = torch.nonzero(table.weight.grad.abs().sum(dim=-1)).flatten().tolist()
-    assert [learned[0], learned[-1], 512 - len(learned)] == _constants("03_learned", "offset_test")["EXPECTED"]
+    assert [learned[0], learned[-1], 512 - len(learned)] == hidden_constants("03_learned", "offset_test")["EXPECTED"]
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -304,7 +255,7 @@ def test_adamw_shrinks_the_untrained_rows_by_the_expected_ratio():
         loss.backward()
         optimiser.step()
     ratio = (table.weight.detach()[32:].norm() / start[32:].norm()).item()
-    [expected] = _constants("03_learned", "decay_test")["EXPECTED"]
+    [expected] = hidden_constants("03_learned", "decay_test")["EXPECTED"]
     assert ratio == pytest.approx(expected, abs=1e-9)
 
 

@@ -9,25 +9,15 @@ from __future__ import annotations
 
 import math
 
-import nbformat
 import torch
+from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, source_cells
 
-from autograder import answers, source_notebook
-from autograder.verdicts import verdict
-from autograder.verdicts.verdict import decide, hidden_section, parse_reports, split_hidden_tests
-
-MARKER = "AUTOGRADER-REPORT-" + "0" * 32
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
-
-
-def cells(assignment: str) -> dict[str, str]:
-    notebook = nbformat.read(source_notebook(assignment), as_version=4)
-    return {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in notebook.cells}
 
 
 def solution_namespace(assignment: str, answer_id: str, *, before: tuple[str, ...] = ()) -> dict:
     """What the source's answer cell defines, run after the notebook's imports and the ``before`` cells."""
-    sources = cells(assignment)
+    sources = source_cells(assignment)
     namespace: dict = {}
     body = [line for line in sources[answer_id].splitlines() if line.strip() not in SOLUTION_MARKERS]
     for source in (sources["imports"], *(sources[cell] for cell in before), "\n".join(body)):
@@ -35,40 +25,15 @@ def solution_namespace(assignment: str, answer_id: str, *, before: tuple[str, ..
     return namespace
 
 
-def visible_passes(assignment: str, test_id: str, **values) -> None:
-    """Run the visible part of a test cell on ``values``; it raises if the form is wrong."""
-    visible = cells(assignment)[test_id].split(verdict.HIDDEN_BEGIN)[0]
-    namespace = {"math": math, "torch": torch, **values}
-    exec(compile("from autograder.progress import visible_test\n" + visible, test_id, "exec"), namespace)  # noqa: S102
-
-
-def graded(assignment: str, test_id: str, monkeypatch, **values) -> tuple[bool, str]:
-    """The verdict of a test cell's hidden tests on ``values``, decided as in grading."""
-    split = split_hidden_tests(hidden_section(cells(assignment)[test_id]))
-    assert split is not None, test_id
-    shown: list[str] = []
-    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data[verdict.REPORT_MIME]))
-    kernel_error = None
-    try:
-        exec(f"{verdict.reporter_source(MARKER)}\n{split.kernel_source}", dict(values))  # noqa: S102
-    except answers.AnswerError as error:
-        kernel_error = str(error)
-    reports, problem = parse_reports("\n".join(shown), MARKER, split)
-    assert problem is None
-    return decide(split, reports, kernel_error)
-
-
 def check_item(assignment, answer_id, test_id, name, right_forms, wrong, monkeypatch, before=()):
     """The solution and ``right_forms`` pass; each ``(value, fragment)`` of ``wrong`` passes the visible test and
     fails the hidden one with a message holding ``fragment``."""
     solution = solution_namespace(assignment, answer_id, before=before)[name]
     for value in (solution, *right_forms):
-        visible_passes(assignment, test_id, **{name: value})
-        assert graded(assignment, test_id, monkeypatch, **{name: value}) == (True, ""), value
+        assert grade_item(monkeypatch, assignment, test_id, values={name: value}) == (True, ""), value
     for value, fragment in wrong:
-        visible_passes(assignment, test_id, **{name: value})
-        passed, message = graded(assignment, test_id, monkeypatch, **{name: value})
-        assert not passed and fragment in message, (value, message)
+        passed, message = grade_item(monkeypatch, assignment, test_id, values={name: value})
+        assert not passed and not message.startswith(VISIBLE_FAILURE) and fragment in message, (value, message)
     return solution
 
 
@@ -204,9 +169,7 @@ def test_the_shaw_intermediate_has_the_shape_the_item_counts():
 
 def expected(assignment: str, test_id: str) -> list:
     """The EXPECTED constant of a test cell's hidden tests, as the grader loads it."""
-    namespace: dict = {}
-    exec(split_hidden_tests(hidden_section(cells(assignment)[test_id])).constants, namespace)  # noqa: S102
-    return namespace["EXPECTED"]
+    return hidden_constants(assignment, test_id)["EXPECTED"]
 
 
 def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
