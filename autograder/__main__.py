@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
         help="grade every submission again, even one whose result is kept from an earlier run into --out",
     )
     grade.add_argument(
+        "--variants",
+        choices=("on", "off"),
+        default=None,
+        help="per-student parameters of the numerical items (on), or one answer key for every student (off) "
+        "(default: c.AutograderVariants.enabled of nbgrader_config.py)",
+    )
+    grade.add_argument(
         "--timeout",
         type=_positive_int,
         default=None,
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not arguments.no_progress and sys.stderr.isatty(),
                 scheduler=arguments.scheduler,
                 regrade=arguments.regrade,
+                variants=None if arguments.variants is None else arguments.variants == "on",
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)

@@ -72,6 +72,7 @@ from autograder.records import Records, record_key
 from autograder.sandbox import cgroups
 from autograder.sandbox.launcher import Limits, bwrap_problem
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
+from autograder.variants import declared_student_id, enabled_in_config, variants_of
 from autograder.verdicts.template import harden_gradebook, quiet_explorers
 from autograder.verdicts.verdict import new_marker
 
@@ -133,11 +134,24 @@ def _prepare_task(task: Task, submission, released: nbformat.NotebookNode) -> Ta
         task = dataclasses.replace(task, notes=(*task.notes, *prepared.notes))
         if prepared.notebook is None:
             return write_ungraded(task, prepared.reason or "unknown")
+        if note := _declared_id_note(task, prepared.notebook):
+            task = dataclasses.replace(task, notes=(*task.notes, note))
         task.notebook.parent.mkdir(parents=True)
         task.notebook.write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
         return task
     except Exception as error:  # noqa: BLE001 (one submission's problem stays with it)
         return write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
+
+
+def _declared_id_note(task: Task, notebook: nbformat.NotebookNode) -> str | None:
+    """The note for a notebook whose ``STUDENT_ID`` names another student than its folder, when items vary."""
+    declared = declared_student_id(notebook)
+    if not (task.variants and variants_of(task.assignment)) or declared is None or declared == task.student:
+        return None
+    return (
+        f"the notebook says STUDENT_ID = {declared!r}, but it was submitted in the folder of student "
+        f"{task.student!r}: its varied items were graded with the parameters of {task.student!r}"
+    )
 
 
 def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
@@ -221,6 +235,7 @@ class Options:
     progress: bool
     scheduler: str | None
     regrade: bool
+    variants: bool
 
 
 def grade(
@@ -236,6 +251,7 @@ def grade(
     progress: bool = False,
     scheduler: str | None = None,
     regrade: bool = False,
+    variants: bool | None = None,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
@@ -258,6 +274,9 @@ def grade(
             is a task on its cluster (:mod:`autograder.executors.dask`) instead of a local process.
         regrade: grade every submission, even those whose result is kept from an earlier run into ``out``
             with the same file, course and options (:mod:`autograder.records`).
+        variants: per-student variants of the numerical items (:mod:`autograder.variants`): True draws each
+            student's parameters from the student folder, False grades every student against the one answer
+            key; default ``c.AutograderVariants.enabled`` of ``nbgrader_config.py`` (True when unset).
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
@@ -277,7 +296,7 @@ def grade(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     options = Options(
         jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
-        scheduler, regrade,
+        scheduler, regrade, enabled_in_config() if variants is None else variants,
     )
     out.mkdir(parents=True, exist_ok=True)
     class_db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
@@ -361,7 +380,9 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                 )
         records = Records(out)
         version = course_version()
-        graded_with = {"limits": limits, "timeout": options.timeout, "sandbox": problem is None}
+        graded_with = {
+            "limits": limits, "timeout": options.timeout, "sandbox": problem is None, "variants": options.variants,
+        }
         deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records)
         try:
             tasks = []
@@ -392,6 +413,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     limits=limits,
                     use_bwrap=problem is None,
                     use_cgroup=cgroup_problem is None,
+                    variants=options.variants,
                 )
                 notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent))
                 task = dataclasses.replace(task, notes=(*task.notes, *notes))

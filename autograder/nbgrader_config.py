@@ -14,6 +14,12 @@ c.CourseDirectory.course_id = "posenc"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Per-student variants (autograder/variants/): the numerical items give each student parameters of their own,
+# drawn from the student ID, so that an answer passed around the class is wrong for most of it. False: every
+# student answers with the same parameters (one answer key). `python -m autograder grade --variants on|off`
+# overrides it for one batch; notebooks read it when they print "your parameters".
+c.AutograderVariants.enabled = True
+
 # A cell that runs longer than this many seconds is interrupted and counts as failed; the rest of the
 # notebook still runs. `python -m autograder grade --timeout S` overrides it.
 c.Execute.timeout = 120

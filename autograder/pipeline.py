@@ -10,6 +10,7 @@ reported (:mod:`autograder.verdicts`), reads the scores and messages, and writes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -18,13 +19,14 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
 from autograder.feedback.escape import sanitize_notebook_file
 from autograder.feedback.pages import add_notes, ungraded_page
 from autograder.sandbox import cgroups
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Result, Task, zero_items
-from autograder.verdicts.verdict import decide, parse_reports, reported_text
+from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
 
 MAX_MESSAGE = 600
 MEGABYTE = 1024 * 1024
@@ -73,13 +75,37 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
         for grade_id, split in task.splits.items():
             cell = cells.get(grade_id)
             reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
+            split, parameters = _for_this_student(task, grade_id, split)
             passed, message = decide(split, reports, problem or kernel_errors.get(grade_id))
+            if parameters and not passed:
+                message = f"with your parameters ({parameters}): {message}"
             grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)
             grade.auto_score = points.get(grade_id, 0.0) if passed else 0.0
             if not passed:
                 messages[grade_id] = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         gradebook.db.commit()
     return messages
+
+
+def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, str]:
+    """The split of a varied item with the expected values of this student's parameters (drawn from the
+    student folder, or the one answer key's when variants are off), and those parameters in words; the split
+    as it is, and "", for any other item."""
+    variant = variants.variant_of_cell(task.assignment, grade_id)
+    if variant is None:
+        return split, ""
+    parameters = variants.draw(variant, task.student) if task.variants else variant.answer_key
+    constants = f"{split.constants}\n{variants.constants_source(variant, parameters)}"
+    return dataclasses.replace(split, constants=constants), variant.describe(parameters)
+
+
+def parameters_note(task: Task) -> str | None:
+    """The feedback's line that lists the student's parameters, when the assignment has varied items."""
+    varied = variants.variants_of(task.assignment)
+    if not (varied and task.variants):
+        return None
+    listed = "; ".join(f"{variant.item} {variant.describe(variants.draw(variant, task.student))}" for variant in varied)
+    return f"the varied items were graded with the parameters of student {task.student}: {listed}"
 
 
 def _items_from_gradebook(course_root: Path, task: Task, decided: dict[str, str]) -> list[Item]:
@@ -202,6 +228,8 @@ def _set_sandbox(task: Task, group: cgroups.KernelGroup | None) -> None:
         task.limits,
         task.use_bwrap,
         None if group is None else (group.version, tuple(str(folder) for folder in group.folders)),
+        task.student,
+        task.variants,
     )
     os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
@@ -250,6 +278,8 @@ def grade_task(task: Task) -> Result:
             log.append(str(error))
             return write_ungraded(task, _failure_reason(str(error), _memory_note(task, group)))
         notes = [*task.notes, *_timeout_notes(log[-1])]
+        if note := parameters_note(task):
+            notes.append(note)
         if memory_note := _memory_note(task, group):
             notes.append(memory_note)
         decided = _decide_outside_kernel(course_root, task)

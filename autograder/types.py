@@ -78,6 +78,7 @@ class Task:
     limits: Limits = field(default_factory=Limits)
     use_bwrap: bool = True
     use_cgroup: bool = False
+    variants: bool = True  # the varied items' parameters drawn from ``student`` (False: the one answer key)
     autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
 
 

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 
 import autograder
 from autograder.progress import GRADING_VARIABLE
+from autograder.variants import ENABLED_VARIABLE, STUDENT_VARIABLE
 
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
@@ -90,6 +91,8 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     use_bwrap: bool = True
     cgroup: tuple[int, tuple[str, ...]] | None = None
+    student: str = ""  # the submission's student folder: its ID draws the parameters of the varied items
+    variants: bool = True  # per-student variants (autograder.variants); False: the one answer key
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -106,6 +109,8 @@ class Settings:
             limits=Limits(**data.get("limits", {})),
             use_bwrap=bool(data.get("use_bwrap", True)),
             cgroup=None if cgroup is None else (int(cgroup[0]), tuple(str(path) for path in cgroup[1])),
+            student=str(data.get("student", "")),
+            variants=bool(data.get("variants", True)),
         )
 
 
@@ -166,7 +171,8 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
 def kernel_environment(settings: Settings, parent: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's whole environment, built from an allowlist: nothing else of the grader's (no passwords,
     tokens or database URLs) reaches student code. It says that the kernel is grading
-    (:data:`autograder.progress.GRADING_VARIABLE`)."""
+    (:data:`autograder.progress.GRADING_VARIABLE`), for which student and whether the items vary
+    (:mod:`autograder.variants`)."""
     parent = dict(os.environ if parent is None else parent)
     home = SANDBOX_HOME if settings.use_bwrap else settings.scratch
     environment = {name: parent[name] for name in PASSED_THROUGH if name in parent}
@@ -184,6 +190,9 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     )
     environment[GRADING_VARIABLE] = "1"  # an unanswered item fails its test cell (autograder.progress)
+    # The varied items' parameters are drawn from the submission's folder, not from what the notebook declares.
+    environment[STUDENT_VARIABLE] = settings.student
+    environment[ENABLED_VARIABLE] = "1" if settings.variants else "0"
     environment.setdefault("OMP_NUM_THREADS", "1")
     return environment
 

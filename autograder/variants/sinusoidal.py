@@ -1,0 +1,159 @@
+r"""The varied items of chapter 2 (sinusoidal encoding), their parameters and expected values.
+
+With :math:`\omega_i = \text{base}^{-2i/d}`: :math:`\mathrm{PE}(p)_{2i} = \sin(p\,\omega_i)`,
+:math:`\mathrm{PE}(p)_{2i+1} = \cos(p\,\omega_i)`. The right values come from ``posenc_ref.sinusoidal``; the
+known mistakes (degrees, sin and cos swapped, the halves layout, a doubled exponent, an exponent over features)
+from :func:`pe_with_mistake`, the same formula with one thing changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from autograder.variants import Variant
+
+ASSIGNMENT = "02_sinusoidal"
+BASE = 10000.0
+
+DEGREES = "the angles were treated as degrees: p * omega_i is an angle in radians (math.sin and torch.sin take radians)"
+SWAPPED = ("sin and cos are swapped: the even features 2i hold sin(p * omega_i), the odd features 2i + 1 hold "
+           "cos(p * omega_i)")
+HALVES = ("this is the halves layout (all sines, then all cosines); the interleaved layout asked for alternates "
+          "sin and cos within each pair (2i, 2i + 1)")
+DOUBLED = ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; looping over the "
+           "even feature indices j = 2i and still writing 2*j/d counts the factor 2 twice")
+FEATURES = "the exponent runs over features instead of pairs: pair i needs base**(-2i/d), not base**(-i/d)"
+
+
+def pe_with_mistake(position: int, d: int, *, exponent: float = 2.0, degrees: bool = False, swap: bool = False,
+                    halves: bool = False, base: float = BASE) -> list[float]:
+    """PE(position) for ``d`` with ``omega_i = base**(-exponent * i / d)``, one mistake switched on or none."""
+    angles = [position * base ** (-exponent * i / d) for i in range(d // 2)]
+    angles = [math.radians(angle) for angle in angles] if degrees else angles
+    first, second = ([math.cos(a) for a in angles], [math.sin(a) for a in angles]) if swap else (
+        [math.sin(a) for a in angles], [math.cos(a) for a in angles])
+    if halves:
+        return first + second
+    return [value for pair in zip(first, second, strict=True) for value in pair]
+
+
+def pe_reference(position: int, d: int, base: float = BASE) -> list[float]:
+    """PE(position) for ``d`` from ``posenc_ref`` (float64)."""
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    import torch
+
+    return sinusoidal_table(1, d, base=base, offset=position, dtype=torch.float64)[0].tolist()
+
+
+def _pe_d4(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    p = parameters["position"]
+    return {
+        "EXPECTED": pe_reference(p, 4),
+        "MISTAKES": [
+            (DEGREES, pe_with_mistake(p, 4, degrees=True)),
+            (SWAPPED, pe_with_mistake(p, 4, swap=True)),
+            (HALVES, pe_with_mistake(p, 4, halves=True)),
+            (DOUBLED, pe_with_mistake(p, 4, exponent=4.0)),
+            (FEATURES, pe_with_mistake(p, 4, exponent=1.0)),
+        ],
+    }
+
+
+def _angle(scale: str, pair: int, d: int, exponent: int = 2) -> str:
+    """The exact angle ``scale * base**(-exponent * pair / d)`` as an expression string."""
+    if pair == 0:
+        return scale
+    numerator, denominator = exponent * pair, d
+    common = math.gcd(numerator, denominator)
+    return f"{scale}*10000**(-{numerator // common}/{denominator // common})"
+
+
+def pe_expressions(scale: str, d: int, *, exponent: int = 2, swap: bool = False, halves: bool = False) -> list[str]:
+    """Exact entries of PE at the angle scale ``scale`` ("2", or "2*pi/180" for degrees), as strings."""
+    angles = [_angle(scale, i, d, exponent) for i in range(d // 2)]
+    first, second = ("cos", "sin") if swap else ("sin", "cos")
+    sines, cosines = [f"{first}({a})" for a in angles], [f"{second}({a})" for a in angles]
+    return sines + cosines if halves else [value for pair in zip(sines, cosines, strict=True) for value in pair]
+
+
+def _pe_d6(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    p = str(parameters["position"])
+    return {
+        "EXPECTED": pe_expressions(p, 6),
+        "MISTAKES": [
+            (SWAPPED, pe_expressions(p, 6, swap=True)),
+            (DOUBLED, pe_expressions(p, 6, exponent=4)),
+            (FEATURES, pe_expressions(p, 6, exponent=1)),
+            (HALVES, pe_expressions(p, 6, halves=True)),
+            (DEGREES, pe_expressions(f"{p}*pi/180", 6)),
+        ],
+    }
+
+
+def _first_turn(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    from posenc_ref.sinusoidal import sinusoidal_frequencies
+
+    base = float(parameters["base"])
+    omegas = sinusoidal_frequencies(16, base=base).tolist()  # (8,): omega_i = base**(-2i/16)
+    wavelengths = [2 * math.pi / omega for omega in omegas]
+    return {
+        "EXPECTED": [math.ceil(wavelength) for wavelength in wavelengths],
+        "MISTAKES": [
+            ("these are the wavelengths 2 pi / omega_i of the pairs; the question asks for the first whole position "
+             "at which the pair has turned all the way (at or after its wavelength)",
+             [round(wavelength, 2) for wavelength in wavelengths]),
+            ("rounded down: at that position the pair has not yet gone all the way round; take the first position "
+             "at or past the wavelength",
+             [math.floor(wavelength) for wavelength in wavelengths]),
+            ("that is half a turn (an angle of pi); a full turn is an angle of 2 pi",
+             [math.ceil(wavelength / 2) for wavelength in wavelengths]),
+            ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; writing 4i/d "
+             "makes the pairs slow down twice as fast",
+             [math.ceil(2 * math.pi * base ** (4 * i / 16)) for i in range(8)]),
+            (FEATURES, [math.ceil(2 * math.pi * base ** (i / 16)) for i in range(8)]),
+            ("the angles were treated as degrees (a full turn of 360): p * omega_i is an angle in radians, and a "
+             "full turn is 2 pi",
+             [math.ceil(360 / omega) for omega in omegas]),
+        ],
+    }
+
+
+def dot_expression(scale: str, *, exponent: int = 2, factor: str = "") -> str:
+    """PE(p) . PE(p + k) for d = 6 as the sum of cos(k * omega_i) over the 3 pairs, k given by ``scale``."""
+    return " + ".join(f"{factor}cos({_angle(scale, i, 6, exponent)})" for i in range(3))
+
+
+def _dot(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    k = str(parameters["distance"])
+    return {
+        "EXPECTED": [dot_expression(k)],
+        "MISTAKES": [
+            ("this is the value at distance 0 (the squared norm d/2 of every row); at your distance each pair "
+             "contributes the cosine of the angle between its two points",
+             ["3"]),
+            ("every pair is counted twice: each pair (sin, cos) contributes one cosine of the angle between its two "
+             "points, so there are d/2 terms, not d",
+             [dot_expression(k, factor="2*")]),
+            ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1",
+             [dot_expression(k, exponent=4)]),
+            (FEATURES, [dot_expression(k, exponent=1)]),
+            ("the angles were treated as degrees: p * omega_i is an angle in radians", [dot_expression(f"{k}*pi/180")]),
+        ],
+    }
+
+
+VARIANTS = (
+    Variant(ASSIGNMENT, "2.2", "pe_d4_p1_test", {"position": (1, 2, 3, 4, 5, 6, 7, 8, 9)},
+            lambda parameters: f"position p = {parameters['position']}", _pe_d4),
+    Variant(ASSIGNMENT, "2.3", "pe_d6_p2_test", {"position": (2, 3, 4, 5, 6, 7, 8, 9)},
+            lambda parameters: f"position p = {parameters['position']}", _pe_d6),
+    # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
+    # to whole positions is never a matter of the last decimal (a test of the course checks it).
+    Variant(ASSIGNMENT, "2.5", "first_turn_test", {"base": (10000, 1000, 3000, 40000, 100000, 500)},
+            lambda parameters: f"base = {parameters['base']}", _first_turn),
+    Variant(ASSIGNMENT, "2.7", "dot_test", {"distance": (10, 3, 5, 6, 7, 12, 15, 20, 25)},
+            lambda parameters: f"distance k = {parameters['distance']}", _dot),
+)
