@@ -209,8 +209,11 @@ def graded(planted_class) -> Path:
     archive = planted_class / "class.zip"
     zip_folder(planted_class / "submitted", archive)
     out = planted_class / "out"
+    # The planted mistakes are written for the one answer key (variants off), so that the feedback can be
+    # checked to name them; per-student variants are graded in tests/test_grader_variants.py.
     completed = run_module(
-        "autograder", "grade", str(archive), "--out", str(out), "--timeout", str(CELL_TIMEOUT), timeout=1200
+        "autograder", "grade", str(archive), "--out", str(out), "--timeout", str(CELL_TIMEOUT), "--variants", "off",
+        timeout=1200,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out
