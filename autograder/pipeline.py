@@ -89,14 +89,14 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
 
 def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, str]:
     """The split of a varied item with the expected values of this student's parameters (drawn from the
-    student folder, or the one answer key's when variants are off), and those parameters in words; the split
-    as it is, and "", for any other item."""
+    student folder, or the one answer key's when variants are off), and those parameters in words ("" when
+    every student has the same); the split as it is, and "", for any other item."""
     variant = variants.variant_of_cell(task.assignment, grade_id)
     if variant is None:
         return split, ""
-    parameters = variants.draw(variant, task.student) if task.variants else variant.answer_key
+    parameters = variants.parameters_for(task.assignment, task.student, enabled=task.variants)[variant.item]
     constants = f"{split.constants}\n{variants.constants_source(variant, parameters)}"
-    return dataclasses.replace(split, constants=constants), variant.describe(parameters)
+    return dataclasses.replace(split, constants=constants), variant.describe(parameters) if task.variants else ""
 
 
 def parameters_note(task: Task) -> str | None:
@@ -104,7 +104,8 @@ def parameters_note(task: Task) -> str | None:
     varied = variants.variants_of(task.assignment)
     if not (varied and task.variants):
         return None
-    listed = "; ".join(f"{variant.item} {variant.describe(variants.draw(variant, task.student))}" for variant in varied)
+    drawn = variants.parameters_for(task.assignment, task.student, enabled=True)
+    listed = "; ".join(f"{variant.item} {variant.describe(drawn[variant.item])}" for variant in varied)
     return f"the varied items were graded with the parameters of student {task.student}: {listed}"
 
 

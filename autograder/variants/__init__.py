@@ -70,7 +70,10 @@ class Variant:
 
 
 def check_student_id(name: str, student_id: Any) -> str:
-    """``student_id`` stripped of surrounding blanks; TypeError / ValueError naming ``name`` otherwise."""
+    """``student_id`` (a string, or a whole number such as 12345) as a string stripped of surrounding blanks;
+    TypeError / ValueError naming ``name`` otherwise."""
+    if type(student_id) is int and student_id >= 0:
+        student_id = str(student_id)
     if type(student_id) is not str:
         raise TypeError(f"{name} must be a string such as \"jdoe\", got {type(student_id).__name__} {student_id!r}")
     stripped = student_id.strip()
@@ -112,9 +115,10 @@ def enabled_in_config() -> bool:
 
 
 def parameters_for(assignment: str, student_id: str, *, enabled: bool) -> dict[str, dict[str, Any]]:
-    """Every varied item's parameters, by item number: the student's when ``enabled``, else the answer key's."""
+    """Every varied item's parameters, by item number: the student's when ``enabled`` and the ID is not empty,
+    else the answer key's (an empty ID is nobody's: the instructor's source notebook runs with it)."""
     return {
-        variant.item: draw(variant, student_id) if enabled else variant.answer_key
+        variant.item: draw(variant, student_id) if enabled and student_id else variant.answer_key
         for variant in variants_of(assignment)
     }
 
@@ -158,9 +162,9 @@ def declared_student_id(notebook: Any) -> str | None:
                 isinstance(statement, ast.Assign)
                 and [getattr(target, "id", None) for target in statement.targets] == [DECLARATION]
                 and isinstance(statement.value, ast.Constant)
-                and isinstance(statement.value.value, str)
+                and type(statement.value.value) in (str, int)
             ):
-                declared = statement.value.value.strip()
+                declared = str(statement.value.value).strip()
                 return declared[:MAX_ID] or None
     return None
 
@@ -208,7 +212,7 @@ class YourParameters(Mapping):
         else:
             head = (
                 f"{DECLARATION} is empty: write your student ID between the quotes of {DECLARATION} = \"\" in the "
-                "cell above and run the notebook again. The parameters below are not yours yet:"
+                "cell above and run the notebook again. The parameters below are the one answer key's, not yours yet:"
             )
         return "\n".join([head, *(f"  {self.line(item)}" for item in self.by_item)])
 
@@ -221,11 +225,11 @@ def your_parameters(assignment: str, student_id: str = "") -> YourParameters:
     """
     from autograder.progress import grading
 
-    declared = check_student_id("STUDENT_ID", student_id)
-    if grading():
+    if grading():  # the folder decides; a malformed declaration is the feedback's business, not a crash
         student, source = os.environ.get(STUDENT_VARIABLE, ""), "the folder of your submission"
         enabled = os.environ.get(ENABLED_VARIABLE, "1") == "1"
     else:
+        declared = check_student_id("STUDENT_ID", student_id)
         hub_user = os.environ.get(HUB_VARIABLE, "").strip()
         student, source = (declared, "STUDENT_ID") if declared else (hub_user, f"${HUB_VARIABLE}")
         enabled = enabled_in_config()

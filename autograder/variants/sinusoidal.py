@@ -104,7 +104,7 @@ def _first_turn(parameters: Mapping[str, Any]) -> dict[str, Any]:
         "MISTAKES": [
             ("these are the wavelengths 2 pi / omega_i of the pairs; the question asks for the first whole position "
              "at which the pair has turned all the way (at or after its wavelength)",
-             [round(wavelength, 2) for wavelength in wavelengths]),
+             wavelengths),
             ("rounded down: at that position the pair has not yet gone all the way round; take the first position "
              "at or past the wavelength",
              [math.floor(wavelength) for wavelength in wavelengths]),
@@ -116,7 +116,7 @@ def _first_turn(parameters: Mapping[str, Any]) -> dict[str, Any]:
             (FEATURES, [math.ceil(2 * math.pi * base ** (i / 16)) for i in range(8)]),
             ("the angles were treated as degrees (a full turn of 360): p * omega_i is an angle in radians, and a "
              "full turn is 2 pi",
-             [math.ceil(360 / omega) for omega in omegas]),
+             [math.ceil(360 / omega - 1e-9) for omega in omegas]),  # 360 * 10000**(1/4) is 3600 (+ rounding)
         ],
     }
 

@@ -1,0 +1,336 @@
+"""Per-student variants (autograder/variants/): the draw, the notebook's "your parameters", chapter 2's expected
+values against derivations written here, and a class graded end to end where answers pass between students."""
+
+from __future__ import annotations
+
+import csv
+import html
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import sympy
+from nbclient import NotebookClient
+
+from autograder import variants
+from autograder.variants import declared_student_id, draw, parameters_for, variants_of, your_parameters
+from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
+from item_grading import hidden_constants
+from planted import ROOT, filled, run_module, solutions
+
+ASSIGNMENT = "02_sinusoidal"
+VARIED = {variant.item: variant for variant in SINUSOIDAL}
+TEST_CELLS = {"2.2": "pe_d4_p1_test", "2.3": "pe_d6_p2_test", "2.5": "first_turn_test", "2.7": "dot_test"}
+POINTS = {"2.2": 2, "2.3": 3, "2.5": 2, "2.7": 2}
+FULL = 18
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Derivations written here, from the formulas of the chapter (not from autograder/ or posenc_ref)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def pe(position: int, d: int, base: float = 10000.0) -> list[float]:
+    """PE(p)_{2i} = sin(p base^(-2i/d)), PE(p)_{2i+1} = cos(p base^(-2i/d))."""
+    values = []
+    for i in range(d // 2):
+        angle = position / base ** (2 * i / d)
+        values += [math.sin(angle), math.cos(angle)]
+    return values
+
+
+def first_full_turn(base: float) -> list[int]:
+    """The first whole p with p * omega_i >= 2 pi, found by counting (not by a ceiling)."""
+    turns = []
+    for i in range(8):
+        omega = base ** (-2 * i / 16)
+        low, high = 0, 1
+        while high * omega < 2 * math.pi:
+            low, high = high, high * 2
+        while high - low > 1:  # invariant: low * omega < 2 pi <= high * omega
+            middle = (low + high) // 2
+            low, high = (middle, high) if middle * omega < 2 * math.pi else (low, middle)
+        turns.append(high)
+    return turns
+
+
+def dot_at_distance(k: int) -> float:
+    """PE(p) . PE(p + k) for d = 6, computed from two rows (p = 3)."""
+    return sum(a * b for a, b in zip(pe(3, 6), pe(3 + k, 6), strict=True))
+
+
+def value(expression: str) -> float:
+    return float(sympy.sympify(expression.replace("^", "**")).evalf(30))
+
+
+def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
+    """Answer cells with numbers typed in (as a student who computed by hand), for these parameters."""
+    p2, p3 = parameters["2.2"]["position"], parameters["2.3"]["position"]
+    base, k = parameters["2.5"]["base"], parameters["2.7"]["distance"]
+    d6 = [f"{f}({p3}*10000^(-{i}/3))" for i in range(3) for f in ("sin", "cos")]
+    return {
+        "pe_d4_p1_answer": f"pe_d4_p1 = {[round(x, 4) for x in pe(p2, 4)]}",
+        "pe_d6_p2_answer": f"pe_d6_p2 = {d6}",
+        "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
+        "dot_answer": f'pe_dot_d6_k10 = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The draw
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
+    students = [f"student{n:03d}" for n in range(300)]
+    for variant in SINUSOIDAL:
+        drawn = [draw(variant, student) for student in students]
+        assert drawn == [draw(variant, student) for student in students]  # the same in notebook and grader
+        for name, allowed in variant.choices.items():
+            counts = {choice: sum(d[name] == choice for d in drawn) for choice in allowed}
+            assert min(counts.values()) >= 300 / len(allowed) / 3, (variant.item, counts)  # no value left out
+
+
+def test_variants_off_gives_every_student_the_first_allowed_values():
+    off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
+    assert off[0] == off[1] == off[2] == {"2.2": {"position": 1}, "2.3": {"position": 2}, "2.5": {"base": 10000},
+                                          "2.7": {"distance": 10}}
+
+
+def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_before_its_answer():
+    for assignment in ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison"):
+        notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+        ids = [cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells]
+        sources = [cell.source for cell in notebook.cells]
+        for variant in variants_of(assignment):
+            assert variant.test_cell in ids, variant
+            show = sources.index(f'my_parameters.show("{variant.item}")')
+            assert show < ids.index(variant.test_cell)
+            assert f'my_parameters["{variant.item}"]' in "\n".join(sources[show:ids.index(variant.test_cell)])
+        if variants_of(assignment):
+            assert sources[ids.index("student_id")].startswith('STUDENT_ID = ""')
+            assert notebook.cells[ids.index("student_id")].metadata["nbgrader"]["locked"] is False
+            assert f'your_parameters("{assignment}", STUDENT_ID)' in sources[ids.index("my_parameters")]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Chapter 2's expected values
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item", sorted(VARIED))
+def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(item):
+    variant = VARIED[item]
+    literal = hidden_constants(ASSIGNMENT, TEST_CELLS[item])
+    computed = variant.constants(variant.answer_key)
+    for name in ("EXPECTED", "MISTAKES"):
+        assert name in literal
+        if item in ("2.3", "2.7"):  # expressions: equal values
+            pairs = [(literal[name], computed[name])] if name == "EXPECTED" else [
+                (a[1], b[1]) for a, b in zip(literal[name], computed[name], strict=True)]
+            for mine, theirs in pairs:
+                assert [value(x) for x in mine] == pytest.approx([value(x) for x in theirs], abs=1e-12)
+        elif name == "EXPECTED":
+            assert computed[name] == pytest.approx(literal[name], abs=1e-9)
+        else:
+            for (why, numbers), (their_why, their_numbers) in zip(literal[name], computed[name], strict=True):
+                assert numbers == pytest.approx(their_numbers, rel=1e-10, abs=1e-9), why
+    assert len(literal["MISTAKES"]) == len(computed["MISTAKES"])
+
+
+@pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
+def test_pe_d4_matches_the_formula_and_every_mistake_is_told_apart(position):
+    constants = VARIED["2.2"].constants({"position": position})
+    assert constants["EXPECTED"] == pytest.approx(pe(position, 4), abs=1e-12)
+    for why, wrong in constants["MISTAKES"]:
+        # 1.5 times the tolerance of two decimals: a mistake is never graded as right
+        assert max(abs(a - b) for a, b in zip(wrong, pe(position, 4), strict=True)) > 0.0075, (position, why)
+
+
+@pytest.mark.parametrize("position", VARIED["2.3"].choices["position"])
+def test_pe_d6_expressions_equal_the_formula_and_every_mistake_differs(position):
+    constants = VARIED["2.3"].constants({"position": position})
+    assert [value(x) for x in constants["EXPECTED"]] == pytest.approx(pe(position, 6), abs=1e-12)
+    for why, wrong in constants["MISTAKES"]:
+        gaps = [abs(value(a) - b) for a, b in zip(wrong, pe(position, 6), strict=True)]
+        assert max(gaps) > 1e-4, (position, why)
+
+
+@pytest.mark.parametrize("base", VARIED["2.5"].choices["base"])
+def test_first_full_turn_matches_counting_and_no_wavelength_is_near_a_whole_number(base):
+    constants = VARIED["2.5"].constants({"base": base})
+    assert constants["EXPECTED"] == first_full_turn(base)
+    wavelengths = [2 * math.pi * base ** (2 * i / 16) for i in range(8)]
+    assert min(abs(w - round(w)) for w in wavelengths) >= 0.04
+    for why, wrong in constants["MISTAKES"]:
+        assert max(abs(a - b) for a, b in zip(wrong, constants["EXPECTED"], strict=True)) > 0.01, (base, why)
+
+
+@pytest.mark.parametrize("distance", VARIED["2.7"].choices["distance"])
+def test_dot_product_equals_two_rows_of_the_table_and_every_mistake_differs(distance):
+    constants = VARIED["2.7"].constants({"distance": distance})
+    assert value(constants["EXPECTED"][0]) == pytest.approx(dot_at_distance(distance), abs=1e-12)
+    for why, wrong in constants["MISTAKES"]:
+        assert abs(value(wrong[0]) - dot_at_distance(distance)) > 1e-4, (distance, why)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The student ID: declared in the notebook, from JupyterHub, or the submission's folder while grading
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_declared_id_is_read_from_the_student_id_line_without_running_it():
+    def notebook(*sources):
+        return {"cells": [{"cell_type": "code", "source": source} for source in sources]}
+
+    assert declared_student_id(notebook("x = 1", 'STUDENT_ID = " ana "  # mine')) == "ana"
+    assert declared_student_id(notebook("STUDENT_ID = 12345")) == "12345"
+    assert declared_student_id(notebook('STUDENT_ID = ""')) is None
+    assert declared_student_id(notebook('STUDENT_ID = input("who?")')) is None  # not run, not read
+    assert declared_student_id(notebook("STUDENT_ID = (", "y = 2")) is None
+
+
+def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, capsys):
+    monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", "hubuser")
+    mine = your_parameters(ASSIGNMENT, "ana")
+    printed = capsys.readouterr().out
+    assert "Student ID: ana (STUDENT_ID)" in printed
+    assert f"Your parameters for 2.2: position p = {draw(VARIED['2.2'], 'ana')['position']}" in printed
+    assert mine["2.7"] == draw(VARIED["2.7"], "ana")
+    hub = your_parameters(ASSIGNMENT, "")
+    assert "Student ID: hubuser ($JUPYTERHUB_USER)" in capsys.readouterr().out
+    assert hub["2.5"] == draw(VARIED["2.5"], "hubuser")
+    with pytest.raises(KeyError, match="item must be one of"):
+        mine["2.4"]
+    with pytest.raises(TypeError, match="STUDENT_ID must be a string"):
+        your_parameters(ASSIGNMENT, ["ana"])
+
+
+def test_an_empty_id_says_what_to_do(monkeypatch, capsys):
+    monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+    your_parameters(ASSIGNMENT, "  ").show("2.2")
+    printed = capsys.readouterr().out
+    assert "STUDENT_ID is empty: write your student ID" in printed and "(set STUDENT_ID first!)" in printed
+
+
+def test_while_grading_the_folder_decides_and_the_switch_is_obeyed(monkeypatch, capsys):
+    monkeypatch.setenv("AUTOGRADER_GRADING", "1")
+    monkeypatch.setenv("AUTOGRADER_STUDENT_ID", "ben")
+    monkeypatch.setenv("AUTOGRADER_VARIANTS", "1")
+    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == draw(VARIED["2.2"], "ben")
+    monkeypatch.setenv("AUTOGRADER_VARIANTS", "0")
+    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == VARIED["2.2"].answer_key
+    assert "Variants are turned off" in capsys.readouterr().out
+
+
+def test_the_setting_is_read_from_the_course_configuration(monkeypatch, tmp_path):
+    assert variants.enabled_in_config() is True  # as autograder/nbgrader_config.py ships
+    config = tmp_path / "nbgrader_config.py"
+    config.write_text("c = get_config()\nc.AutograderVariants.enabled = False\n")
+    monkeypatch.setattr(variants, "CONFIG_FILE", config)
+    assert variants.enabled_in_config() is False
+    config.write_text("c = get_config()\nc.AutograderVariants.enabled = 'no'\n")
+    with pytest.raises(ValueError, match="must be True or False"):
+        variants.enabled_in_config()
+
+
+def test_the_released_notebook_prints_the_students_parameters_above_the_items(monkeypatch):
+    monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
+    notebook = nbformat.read(ROOT / "notebooks" / f"{ASSIGNMENT}.ipynb", as_version=4)
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "student_id":
+            cell.source = 'STUDENT_ID = "ana"'
+        if cell.metadata.get("nbgrader", {}).get("grade_id", "").startswith("explore_"):
+            cell.source = ""
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = {
+        cell.metadata.get("nbgrader", {}).get("grade_id"): "".join(
+            output.get("text", "") + output.get("data", {}).get("text/plain", "") for output in cell.outputs
+        )
+        for cell in notebook.cells if cell.cell_type == "code"
+    }
+    assert "Student ID: ana (STUDENT_ID)" in outputs["my_parameters"]
+    for item in VARIED:
+        line = f"Your parameters for {item}: {VARIED[item].describe(draw(VARIED[item], 'ana'))}"
+        assert line in outputs["my_parameters"] and outputs[f"parameters_{item.replace('.', '_')}"].strip() == line
+    assert "2.2 not answered yet" in outputs["pe_d4_p1_test"]  # the notebook runs on past unanswered items
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A class graded end to end: answers passed between students
+# ---------------------------------------------------------------------------------------------------------
+
+# Four students. ana and ben type their own numbers; cy hands in ana's numbers and declares ana's ID; eli
+# hands in ben's numbers. The IDs are chosen so that every varied parameter differs between the pairs.
+CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "eli": "ben"}
+
+
+def parameters(student: str) -> dict[str, dict]:
+    return parameters_for(ASSIGNMENT, student, enabled=True)
+
+
+def test_the_class_ids_draw_different_parameters_on_every_varied_item():
+    for first, second in (("ana", "ben"), ("cy", "ana"), ("eli", "ben")):
+        for item in VARIED:
+            assert parameters(first)[item] != parameters(second)[item], (first, second, item)
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("variants")
+    for student, answers_of in CLASS.items():
+        notebook = filled(ASSIGNMENT, {**solutions(ASSIGNMENT), **literal_answers(parameters(answers_of))})
+        for cell in notebook.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade_id") == "student_id" and student == "cy":
+                cell.source = 'STUDENT_ID = "ana"'
+        folder = root / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
+    completed = run_module("autograder", "grade", str(root / "submitted"), "--out", str(root / "out"), timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    yield root / "out"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def rows(out: Path, name: str) -> list[dict[str, str]]:
+    with open(out / name, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_each_student_is_right_with_their_own_numbers_and_wrong_with_anothers(graded_class):
+    scores = {row["student_id"]: float(row["raw_score"]) for row in rows(graded_class, "grades.csv")}
+    copied = sum(POINTS.values())
+    assert scores == {"ana": FULL, "ben": FULL, "cy": FULL - copied, "eli": FULL - copied}
+    items = {(row["student_id"], row["item"]): row for row in rows(graded_class, "items.csv")}
+    for student in ("cy", "eli"):
+        for item, test_cell in TEST_CELLS.items():
+            row = items[student, test_cell]
+            assert float(row["score"]) == 0, (student, item)
+            described = VARIED[item].describe(parameters(student)[item])
+            assert row["message"].startswith(f"with your parameters ({described}): "), row["message"]
+
+
+def test_feedback_lists_the_parameters_and_names_a_declared_id_that_is_not_the_folders(graded_class):
+    report = (graded_class / "report.txt").read_text()
+    for student in CLASS:
+        listed = "; ".join(f"{v.item} {v.describe(parameters(student)[v.item])}" for v in SINUSOIDAL)
+        note = f"the varied items were graded with the parameters of student {student}: {listed}"
+        assert note in report
+        page = (graded_class / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+        assert html.escape(note) in page
+    mismatch = ("the notebook says STUDENT_ID = 'ana', but it was submitted in the folder of student 'cy': its "
+                "varied items were graded with the parameters of 'cy'")
+    assert mismatch in report
+    assert report.count("the notebook says STUDENT_ID") == 1  # ana declares nothing: no note
+
+
+def test_every_combination_of_allowed_values_has_its_own_answer():
+    for variant in SINUSOIDAL:
+        answers = [tuple(map(str, variant.constants(dict(zip(variant.choices, values, strict=True)))["EXPECTED"]))
+                   for values in itertools.product(*variant.choices.values())]
+        assert len(set(answers)) == len(answers), variant.item
