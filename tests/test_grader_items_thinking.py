@@ -20,7 +20,8 @@ def solution_namespace(assignment: str, answer_id: str, *, before: tuple[str, ..
     sources = source_cells(assignment)
     namespace: dict = {}
     body = [line for line in sources[answer_id].splitlines() if line.strip() not in SOLUTION_MARKERS]
-    for source in (sources["imports"], *(sources[cell] for cell in before), "\n".join(body)):
+    parameters = ("student_id", "my_parameters") if "my_parameters" in sources else ()  # the one answer key's
+    for source in (sources["imports"], *(sources[cell] for cell in (*parameters, *before)), "\n".join(body)):
         exec(compile(source, answer_id, "exec"), namespace)  # noqa: S102 (source/ is trusted)
     return namespace
 

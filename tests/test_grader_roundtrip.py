@@ -133,7 +133,7 @@ EXPECTED_FAILURES = {
         "quiz_long_sequences_test": "not the best answer",
     },
     ("mistakes", "06_comparison"): {
-        "choice_long_decoder_test": "ALiBi",
+        "choice_b_test": "ALiBi",
         "parameters_test": "['shaw']",
         "shaw_memory_test": "these are bits",
     },

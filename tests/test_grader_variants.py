@@ -13,19 +13,17 @@ from pathlib import Path
 import nbformat
 import pytest
 import sympy
+from item_grading import hidden_constants
 from nbclient import NotebookClient
+from planted import ROOT, filled, run_module, solutions
 
 from autograder import variants
 from autograder.variants import declared_student_id, draw, parameters_for, variants_of, your_parameters
 from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
-from item_grading import hidden_constants
-from planted import ROOT, filled, run_module, solutions
 
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
 ASSIGNMENT = "02_sinusoidal"
 VARIED = {variant.item: variant for variant in SINUSOIDAL}
-TEST_CELLS = {"2.2": "pe_d4_p1_test", "2.3": "pe_d6_p2_test", "2.5": "first_turn_test", "2.7": "dot_test"}
-POINTS = {"2.2": 2, "2.3": 3, "2.5": 2, "2.7": 2}
-FULL = 18
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -101,7 +99,7 @@ def test_variants_off_gives_every_student_the_first_allowed_values():
 
 
 def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_before_its_answer():
-    for assignment in ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison"):
+    for assignment in ASSIGNMENTS:
         notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
         ids = [cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells]
         sources = [cell.source for cell in notebook.cells]
@@ -121,24 +119,41 @@ def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("item", sorted(VARIED))
-def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(item):
-    variant = VARIED[item]
-    literal = hidden_constants(ASSIGNMENT, TEST_CELLS[item])
+ALL_VARIANTS = [variant for assignment in ASSIGNMENTS for variant in variants_of(assignment)]
+
+
+def numbers_or_values(values: list) -> list[float]:
+    """Numbers as they are; exact expressions (strings) as their values."""
+    return [value(x) if isinstance(x, str) else float(x) for x in values]
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS, ids=lambda variant: variant.item)
+def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(variant):
+    literal = hidden_constants(variant.assignment, variant.test_cell)
     computed = variant.constants(variant.answer_key)
-    for name in ("EXPECTED", "MISTAKES"):
-        assert name in literal
-        if item in ("2.3", "2.7"):  # expressions: equal values
-            pairs = [(literal[name], computed[name])] if name == "EXPECTED" else [
-                (a[1], b[1]) for a, b in zip(literal[name], computed[name], strict=True)]
-            for mine, theirs in pairs:
-                assert [value(x) for x in mine] == pytest.approx([value(x) for x in theirs], abs=1e-12)
-        elif name == "EXPECTED":
-            assert computed[name] == pytest.approx(literal[name], abs=1e-9)
-        else:
-            for (why, numbers), (their_why, their_numbers) in zip(literal[name], computed[name], strict=True):
-                assert numbers == pytest.approx(their_numbers, rel=1e-10, abs=1e-9), why
-    assert len(literal["MISTAKES"]) == len(computed["MISTAKES"])
+    assert set(computed) <= set(literal), "the grader would add constants the hidden test does not have"
+    assert numbers_or_values(computed["EXPECTED"]) == pytest.approx(
+        numbers_or_values(literal["EXPECTED"]), rel=1e-10, abs=1e-9)
+    assert len(computed["MISTAKES"]) == len(literal["MISTAKES"])
+    for (why, wrong), (_, literal_wrong) in zip(computed["MISTAKES"], literal["MISTAKES"], strict=True):
+        assert numbers_or_values(wrong) == pytest.approx(numbers_or_values(literal_wrong), rel=1e-10, abs=1e-9), why
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS, ids=lambda variant: variant.item)
+def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
+    """A mistake must lie beyond the item's tolerance (1.5 times it) from the right answer, an expression
+    must differ in value, and most combinations have an answer of their own (no two within the tolerance)."""
+    tolerance = hidden_constants(variant.assignment, variant.test_cell).get("TOLERANCE", 1e-9)
+    answers = set()
+    for values in itertools.product(*variant.choices.values()):
+        constants = variant.constants(dict(zip(variant.choices, values, strict=True)))
+        expected = numbers_or_values(constants["EXPECTED"])
+        answers.add(tuple(round(x / max(tolerance, 1e-9)) for x in expected))
+        for why, wrong in constants["MISTAKES"]:
+            gap = max(abs(a - b) for a, b in zip(numbers_or_values(wrong), expected, strict=True))
+            assert gap > 1.5 * tolerance, (values, why)
+    combinations = math.prod(len(allowed) for allowed in variant.choices.values())
+    assert len(answers) >= 0.8 * combinations, f"only {len(answers)} answers for {combinations} combinations"
 
 
 @pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
@@ -175,6 +190,44 @@ def test_dot_product_equals_two_rows_of_the_table_and_every_mistake_differs(dist
     assert value(constants["EXPECTED"][0]) == pytest.approx(dot_at_distance(distance), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
         assert abs(value(wrong[0]) - dot_at_distance(distance)) > 1e-4, (distance, why)
+
+
+# Chapters 1, 3 and 6
+
+
+def by_item(item: str):
+    return next(variant for variant in ALL_VARIANTS if variant.item == item)
+
+
+@pytest.mark.parametrize("values", by_item("1.7").choices["values"])
+def test_causal_counting_matches_the_average_of_the_visible_values(values):
+    first, others = values
+    sequence = [first] + [others] * 7
+    averages = [sum(sequence[: p + 1]) / (p + 1) for p in range(8)]  # query p sees the keys 0..p, equally
+    assert by_item("1.7").constants({"values": values})["EXPECTED"] == pytest.approx(averages, abs=1e-12)
+
+
+@pytest.mark.parametrize("rows", by_item("3.6").choices["rows"])
+@pytest.mark.parametrize("longest", by_item("3.6").choices["longest"])
+def test_offset_rows_match_the_rows_a_training_run_touches(rows, longest):
+    touched = {position + 2 for length in range(1, longest + 1) for position in range(length)}
+    expected = [min(touched), max(touched), rows - len(touched)]  # every other row never learns
+    assert by_item("3.6").constants({"rows": rows, "longest": longest})["EXPECTED"] == expected
+
+
+@pytest.mark.parametrize("steps", by_item("3.7").choices["steps"])
+def test_the_measured_decay_is_the_compounded_factor(steps):
+    for rate, decay in itertools.product(by_item("3.7").choices["lr"], by_item("3.7").choices["weight_decay"]):
+        measured = by_item("3.7").constants({"lr": rate, "weight_decay": decay, "steps": steps})["EXPECTED"][0]
+        assert measured == pytest.approx((1 - rate * decay) ** steps, rel=1e-9)
+
+
+def test_shaw_memory_counts_bytes_of_both_shapes():
+    for batch, heads, tokens, head_dim in itertools.product(*by_item("6.4").choices.values()):
+        parameters = {"batch": batch, "heads": heads, "tokens": tokens, "head_dim": head_dim}
+        shaw = batch * heads * tokens * tokens * head_dim * 4 / 2**20
+        assert by_item("6.4").constants(parameters)["EXPECTED"] == [shaw, heads * tokens * tokens * 4 / 2**20]
+        assert shaw == int(shaw)  # whole MiB, as the tolerance of half a MiB assumes
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,8 +308,8 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
         for cell in notebook.cells if cell.cell_type == "code"
     }
     assert "Student ID: ana (STUDENT_ID)" in outputs["my_parameters"]
-    for item in VARIED:
-        line = f"Your parameters for {item}: {VARIED[item].describe(draw(VARIED[item], 'ana'))}"
+    for item, variant in VARIED.items():
+        line = f"Your parameters for {item}: {variant.describe(draw(variant, 'ana'))}"
         assert line in outputs["my_parameters"] and outputs[f"parameters_{item.replace('.', '_')}"].strip() == line
     assert "2.2 not answered yet" in outputs["pe_d4_p1_test"]  # the notebook runs on past unanswered items
 
@@ -265,33 +318,66 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
 # A class graded end to end: answers passed between students
 # ---------------------------------------------------------------------------------------------------------
 
-# Four students. ana and ben type their own numbers; cy hands in ana's numbers and declares ana's ID; eli
-# hands in ben's numbers. The IDs are chosen so that every varied parameter differs between the pairs.
-CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "eli": "ben"}
+# Four students, in every assignment with varied items. ana and ben type their own numbers; cy hands in ana's
+# numbers and declares ana's ID; fay hands in ben's numbers. The IDs are chosen so that every varied parameter
+# differs between the pairs (the first test below checks it).
+CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "fay": "ben"}
+CLASS_ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "06_comparison")
+TOTALS = {"01_permutation": 13, "02_sinusoidal": 18, "03_learned": 12, "06_comparison": 13}  # README's table
 
 
-def parameters(student: str) -> dict[str, dict]:
-    return parameters_for(ASSIGNMENT, student, enabled=True)
+def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[str, str]:
+    """Typed-in numbers for the varied items of chapters 1, 3 and 6 (derived here, as in the tests above)."""
+    if assignment == "01_permutation":
+        first, others = parameters["1.7"]["values"]
+        sequence = [first] + [others] * 7
+        return {"count_answer": f"causal_outputs = {[round(sum(sequence[:p + 1]) / (p + 1), 3) for p in range(8)]}"}
+    if assignment == "03_learned":
+        rows, longest = parameters["3.6"]["rows"], parameters["3.6"]["longest"]
+        decay = parameters["3.7"]
+        ratio = (1 - decay["lr"] * decay["weight_decay"]) ** decay["steps"]
+        return {"offset_answer": f"offset_rows = [2, {longest + 1}, {rows - longest}]",
+                "decay_answer": f"untrained_norm_ratio = {ratio:.4f}"}
+    if assignment == "06_comparison":
+        sizes = parameters["6.4"]
+        batch, heads, tokens, head_dim = sizes["batch"], sizes["heads"], sizes["tokens"], sizes["head_dim"]
+        shaw, t5 = batch * heads * tokens**2 * head_dim * 4 // 2**20, heads * tokens**2 * 4 // 2**20
+        return {"shaw_memory_answer": f"shaw_memory_mib = [{shaw}, {t5}]"}
+    return literal_answers(parameters)
+
+
+def parameters(student: str, assignment: str = ASSIGNMENT) -> dict[str, dict]:
+    return parameters_for(assignment, student, enabled=True)
+
+
+def varied_points(assignment: str) -> dict[str, float]:
+    """Points of the varied items' test cells, read from the source notebook."""
+    notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    points = {cell.metadata["nbgrader"]["grade_id"]: cell.metadata["nbgrader"].get("points") for cell in notebook.cells}
+    return {variant.test_cell: points[variant.test_cell] for variant in variants_of(assignment)}
 
 
 def test_the_class_ids_draw_different_parameters_on_every_varied_item():
-    for first, second in (("ana", "ben"), ("cy", "ana"), ("eli", "ben")):
-        for item in VARIED:
-            assert parameters(first)[item] != parameters(second)[item], (first, second, item)
+    for assignment in CLASS_ASSIGNMENTS:
+        for first, second in (("ana", "ben"), ("cy", "ana"), ("fay", "ben")):
+            for item, drawn in parameters(first, assignment).items():
+                assert drawn != parameters(second, assignment)[item], (first, second, item)
 
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("variants")
-    for student, answers_of in CLASS.items():
-        notebook = filled(ASSIGNMENT, {**solutions(ASSIGNMENT), **literal_answers(parameters(answers_of))})
-        for cell in notebook.cells:
-            if cell.metadata.get("nbgrader", {}).get("grade_id") == "student_id" and student == "cy":
-                cell.source = 'STUDENT_ID = "ana"'
-        folder = root / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
-    completed = run_module("autograder", "grade", str(root / "submitted"), "--out", str(root / "out"), timeout=900)
+    for assignment in CLASS_ASSIGNMENTS:
+        for student, answers_of in CLASS.items():
+            typed = other_literal_answers(assignment, parameters(answers_of, assignment))
+            notebook = filled(assignment, {**solutions(assignment), **typed})
+            for cell in notebook.cells:
+                if cell.metadata.get("nbgrader", {}).get("grade_id") == "student_id" and student == "cy":
+                    cell.source = 'STUDENT_ID = "ana"'
+            folder = root / "submitted" / student / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(notebook, folder / f"{assignment}.ipynb")
+    completed = run_module("autograder", "grade", str(root / "submitted"), "--out", str(root / "out"), timeout=1200)
     assert completed.returncode == 0, completed.stderr[-4000:]
     yield root / "out"
     shutil.rmtree(root, ignore_errors=True)
@@ -303,34 +389,33 @@ def rows(out: Path, name: str) -> list[dict[str, str]]:
 
 
 def test_each_student_is_right_with_their_own_numbers_and_wrong_with_anothers(graded_class):
-    scores = {row["student_id"]: float(row["raw_score"]) for row in rows(graded_class, "grades.csv")}
-    copied = sum(POINTS.values())
-    assert scores == {"ana": FULL, "ben": FULL, "cy": FULL - copied, "eli": FULL - copied}
+    scores = {(row["student_id"], row["assignment"]): float(row["raw_score"]) for row in rows(graded_class, "grades.csv")}
     items = {(row["student_id"], row["item"]): row for row in rows(graded_class, "items.csv")}
-    for student in ("cy", "eli"):
-        for item, test_cell in TEST_CELLS.items():
-            row = items[student, test_cell]
-            assert float(row["score"]) == 0, (student, item)
-            described = VARIED[item].describe(parameters(student)[item])
-            assert row["message"].startswith(f"with your parameters ({described}): "), row["message"]
+    for assignment in CLASS_ASSIGNMENTS:
+        copied = sum(varied_points(assignment).values())
+        assert copied > 0
+        for student in CLASS:
+            expected = TOTALS[assignment] - (copied if student in ("cy", "fay") else 0)
+            assert scores[student, assignment] == expected, (student, assignment)
+        for student in ("cy", "fay"):
+            for variant in variants_of(assignment):
+                row = items[student, variant.test_cell]
+                assert float(row["score"]) == 0, (student, variant.item)
+                described = variant.describe(parameters(student, assignment)[variant.item])
+                assert row["message"].startswith(f"with your parameters ({described}): "), row["message"]
 
 
 def test_feedback_lists_the_parameters_and_names_a_declared_id_that_is_not_the_folders(graded_class):
     report = (graded_class / "report.txt").read_text()
-    for student in CLASS:
-        listed = "; ".join(f"{v.item} {v.describe(parameters(student)[v.item])}" for v in SINUSOIDAL)
-        note = f"the varied items were graded with the parameters of student {student}: {listed}"
-        assert note in report
-        page = (graded_class / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
-        assert html.escape(note) in page
+    for assignment in CLASS_ASSIGNMENTS:
+        for student in CLASS:
+            drawn = parameters(student, assignment)
+            listed = "; ".join(f"{v.item} {v.describe(drawn[v.item])}" for v in variants_of(assignment))
+            note = f"the varied items were graded with the parameters of student {student}: {listed}"
+            assert note in report
+            page = (graded_class / "feedback" / student / assignment / f"{assignment}.html").read_text()
+            assert html.escape(note) in page
     mismatch = ("the notebook says STUDENT_ID = 'ana', but it was submitted in the folder of student 'cy': its "
                 "varied items were graded with the parameters of 'cy'")
-    assert mismatch in report
-    assert report.count("the notebook says STUDENT_ID") == 1  # ana declares nothing: no note
-
-
-def test_every_combination_of_allowed_values_has_its_own_answer():
-    for variant in SINUSOIDAL:
-        answers = [tuple(map(str, variant.constants(dict(zip(variant.choices, values, strict=True)))["EXPECTED"]))
-                   for values in itertools.product(*variant.choices.values())]
-        assert len(set(answers)) == len(answers), variant.item
+    assert report.count(mismatch) == len(CLASS_ASSIGNMENTS)
+    assert report.count("the notebook says STUDENT_ID") == len(CLASS_ASSIGNMENTS)  # the others declare nothing

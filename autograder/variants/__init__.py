@@ -86,7 +86,7 @@ def draw(variant: Variant, student_id: str) -> dict[str, Any]:
     """The parameters of ``student_id`` for ``variant`` (see the module's docstring for the formula)."""
     drawn = {}
     for name, values in variant.choices.items():
-        key = "|".join((variant.assignment, variant.item, name, student_id)).encode("utf-8")
+        key = f"{variant.assignment}|{variant.item}|{name}|{student_id}".encode()
         index = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % len(values)
         drawn[name] = values[index]
     return drawn

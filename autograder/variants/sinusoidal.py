@@ -41,9 +41,9 @@ def pe_with_mistake(position: int, d: int, *, exponent: float = 2.0, degrees: bo
 
 def pe_reference(position: int, d: int, base: float = BASE) -> list[float]:
     """PE(position) for ``d`` from ``posenc_ref`` (float64)."""
-    from posenc_ref.sinusoidal import sinusoidal_table
-
     import torch
+
+    from posenc_ref.sinusoidal import sinusoidal_table
 
     return sinusoidal_table(1, d, base=base, offset=position, dtype=torch.float64)[0].tolist()
 
@@ -102,20 +102,20 @@ def _first_turn(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "EXPECTED": [math.ceil(wavelength) for wavelength in wavelengths],
         "MISTAKES": [
-            ("these are the wavelengths 2 pi / omega_i of the pairs; the question asks for the first whole position "
-             "at which the pair has turned all the way (at or after its wavelength)",
+            (("these are the wavelengths 2 pi / omega_i of the pairs; the question asks for the first whole position "
+             "at which the pair has turned all the way (at or after its wavelength)"),
              wavelengths),
-            ("rounded down: at that position the pair has not yet gone all the way round; take the first position "
-             "at or past the wavelength",
+            (("rounded down: at that position the pair has not yet gone all the way round; take the first position "
+             "at or past the wavelength"),
              [math.floor(wavelength) for wavelength in wavelengths]),
             ("that is half a turn (an angle of pi); a full turn is an angle of 2 pi",
              [math.ceil(wavelength / 2) for wavelength in wavelengths]),
-            ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; writing 4i/d "
-             "makes the pairs slow down twice as fast",
+            (("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; writing 4i/d "
+             "makes the pairs slow down twice as fast"),
              [math.ceil(2 * math.pi * base ** (4 * i / 16)) for i in range(8)]),
             (FEATURES, [math.ceil(2 * math.pi * base ** (i / 16)) for i in range(8)]),
-            ("the angles were treated as degrees (a full turn of 360): p * omega_i is an angle in radians, and a "
-             "full turn is 2 pi",
+            (("the angles were treated as degrees (a full turn of 360): p * omega_i is an angle in radians, and a "
+             "full turn is 2 pi"),
              [math.ceil(360 / omega - 1e-9) for omega in omegas]),  # 360 * 10000**(1/4) is 3600 (+ rounding)
         ],
     }
@@ -131,11 +131,11 @@ def _dot(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "EXPECTED": [dot_expression(k)],
         "MISTAKES": [
-            ("this is the value at distance 0 (the squared norm d/2 of every row); at your distance each pair "
-             "contributes the cosine of the angle between its two points",
+            (("this is the value at distance 0 (the squared norm d/2 of every row); at your distance each pair "
+             "contributes the cosine of the angle between its two points"),
              ["3"]),
-            ("every pair is counted twice: each pair (sin, cos) contributes one cosine of the angle between its two "
-             "points, so there are d/2 terms, not d",
+            (("every pair is counted twice: each pair (sin, cos) contributes one cosine of the angle between its two "
+             "points, so there are d/2 terms, not d"),
              [dot_expression(k, factor="2*")]),
             ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1",
              [dot_expression(k, exponent=4)]),

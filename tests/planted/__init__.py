@@ -261,7 +261,7 @@ def interleaved_to_half(x):
         "quiz_long_sequences_answer": 'quiz_long_sequences = "A"',
     },
     "06_comparison": {
-        "choice_long_decoder_answer": 'choice_long_decoder = "rope"',
+        "choice_b_answer": 'choice_b = "rope"',
         "parameters_answer": """
 position_parameters = {"none": 0, "sinusoidal": 0, "learned": 8192, "shaw": 264, "t5": 256,
                        "alibi": 0, "rope": 0}
