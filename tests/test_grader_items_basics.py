@@ -111,11 +111,11 @@ WRONG = [
         "first_full_turn = [math.ceil(360 * 10000 ** (2 * i / 16)) for i in range(8)]",
         "treated as degrees",
     ),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "A"', "it would be (1, 0, 1, 0, ...)"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "B"', "would start with d/2 zeros"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "D"', "would make it faster"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "E"', "would start with PE(1)"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "F"', "in degrees it would turn by pi/180"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "A"', "starts with the row (1, 0, 1, 0, ...)"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "B"', "starts with d/2 zeros"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "D"', "turns faster than"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "E"', "starts with PE(1)"),
+    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "F"', "in degrees pair 0 would turn by pi/180"),
     ("02_sinusoidal", "planted_bug_test", 'planted_bug = "G"', "must be one of"),
     ("02_sinusoidal", "dot_test", 'pe_dot_d6_k10 = "3"', "the value at distance 0"),
     (
@@ -200,8 +200,8 @@ def test_the_first_full_turn_is_read_from_the_table():
 def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     from posenc_ref.sinusoidal import shift_matrix, sinusoidal_table
 
-    namespace: dict = {}
-    exec(source_cells("02_sinusoidal")["planted_bug_code"], {"math": math, "torch": torch}, namespace)  # noqa: S102
+    namespace: dict = {"my_parameters": {"2.6": {"submission": 1}}}  # the one answer key's submission
+    exec(source_cells("02_sinusoidal")["planted_bug_code"], namespace)  # noqa: S102
     d = 8
     candidate = namespace["candidate_table"](64, d).double()  # (64, 8)
     right = sinusoidal_table(64, d, dtype=torch.float64)

@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 import sympy
-from item_grading import hidden_constants
+import torch
+from item_grading import hidden_constants, source_cells
 from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
@@ -74,7 +75,17 @@ def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
         "pe_d6_p2_answer": f"pe_d6_p2 = {d6}",
         "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
         "dot_answer": f'pe_dot_d6_k10 = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
+        "planted_bug_answer": f"planted_bug = {diagnosed(parameters['2.6']['submission'])!r}",
     }
+
+
+def diagnosed(submission: int) -> str:
+    """The bug of a submission of 2.6, found by comparing its table with the six tables built here."""
+    from autograder.variants.sinusoidal import submitted_table
+
+    candidate = submitted_table(submission)(64, 8).double()
+    (letter,) = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
+    return letter
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,6 +106,7 @@ def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
 def test_variants_off_gives_every_student_the_first_allowed_values():
     off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
     assert off[0] == off[1] == off[2] == {"2.2": {"position": 1}, "2.3": {"position": 2}, "2.5": {"base": 10000},
+                                          "2.6": {"submission": 1},
                                           "2.7": {"distance": 10}}
 
 
@@ -122,8 +134,11 @@ def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_
 ALL_VARIANTS = [variant for assignment in ASSIGNMENTS for variant in variants_of(assignment)]
 
 
-def numbers_or_values(values: list) -> list[float]:
-    """Numbers as they are; exact expressions (strings) as their values."""
+def numbers_or_values(values):
+    """Numbers as they are; exact expressions (strings) as their values; a choice (a letter, or a dict of
+    letters, as in 2.6) as it is."""
+    if isinstance(values, str | dict):
+        return values
     return [value(x) if isinstance(x, str) else float(x) for x in values]
 
 
@@ -132,6 +147,9 @@ def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(vari
     literal = hidden_constants(variant.assignment, variant.test_cell)
     computed = variant.constants(variant.answer_key)
     assert set(computed) <= set(literal), "the grader would add constants the hidden test does not have"
+    if isinstance(computed["MISTAKES"], dict):  # a choice: the letter, and what testing shows against the others
+        assert (computed["EXPECTED"], computed["MISTAKES"]) == (literal["EXPECTED"], literal["MISTAKES"])
+        return
     assert numbers_or_values(computed["EXPECTED"]) == pytest.approx(
         numbers_or_values(literal["EXPECTED"]), rel=1e-10, abs=1e-9)
     assert len(computed["MISTAKES"]) == len(literal["MISTAKES"])
@@ -148,6 +166,10 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     for values in itertools.product(*variant.choices.values()):
         constants = variant.constants(dict(zip(variant.choices, values, strict=True)))
         expected = numbers_or_values(constants["EXPECTED"])
+        if isinstance(expected, str):  # a choice: the right letter is never among the named mistakes
+            assert expected not in constants["MISTAKES"], values
+            answers.add(expected)
+            continue
         answers.add(tuple(round(x / max(tolerance, 1e-9)) for x in expected))
         for why, wrong in constants["MISTAKES"]:
             gap = max(abs(a - b) for a, b in zip(numbers_or_values(wrong), expected, strict=True))
@@ -182,6 +204,36 @@ def test_first_full_turn_matches_counting_and_no_wavelength_is_near_a_whole_numb
     assert min(abs(w - round(w)) for w in wavelengths) >= 0.04
     for why, wrong in constants["MISTAKES"]:
         assert max(abs(a - b) for a, b in zip(wrong, constants["EXPECTED"], strict=True)) > 0.01, (base, why)
+
+
+def bug_tables(length: int, d: int) -> dict[str, torch.Tensor]:
+    """The table with each bug of 2.6's list, built here from the formula."""
+    def table(*, swap=False, halves=False, exponent=2, shift=0, degrees=False):
+        rows = []
+        for p in range(shift, length + shift):
+            angles = [p * 10000.0 ** (-exponent * i / d) * (math.pi / 180 if degrees else 1) for i in range(d // 2)]
+            first = [math.cos(a) if swap else math.sin(a) for a in angles]
+            second = [math.sin(a) if swap else math.cos(a) for a in angles]
+            rows.append(first + second if halves else [x for pair in zip(first, second, strict=True) for x in pair])
+        return torch.tensor(rows, dtype=torch.float64)
+
+    return {"A": table(swap=True), "B": table(halves=True), "C": table(exponent=4), "D": table(exponent=1),
+            "E": table(shift=1), "F": table(degrees=True)}
+
+
+@pytest.mark.parametrize("submission", VARIED["2.6"].choices["submission"])
+def test_each_submission_has_the_bug_the_grader_expects_and_the_model_diagnosis_finds_it(submission):
+    from autograder.variants.sinusoidal import submitted_table
+
+    candidate = submitted_table(submission)(64, 8).double()  # (64, 8)
+    matching = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
+    expected = VARIED["2.6"].constants({"submission": submission})["EXPECTED"]
+    assert matching == [expected]
+    cells = source_cells(ASSIGNMENT)
+    namespace = {"my_parameters": {"2.6": {"submission": submission}}}
+    for grade_id in ("imports", "planted_bug_code", "planted_bug_answer"):
+        exec(cells[grade_id], namespace)  # noqa: S102 (source/: trusted)
+    assert namespace["planted_bug"] == expected
 
 
 @pytest.mark.parametrize("distance", VARIED["2.7"].choices["distance"])

@@ -134,7 +134,9 @@ def _literal(value: Any) -> str:
     if type(value) in (list, tuple):
         inner = ", ".join(_literal(item) for item in value)
         return f"[{inner}]" if type(value) is list else f"({inner}{',' if len(value) == 1 else ''})"
-    raise TypeError(f"an expected value must be a number, a string or a list of them, got {type(value).__name__}")
+    if type(value) is dict:
+        return "{" + ", ".join(f"{_literal(key)}: {_literal(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"an expected value must be a number, a string, or a list or dict of them, got {type(value).__name__}")
 
 
 def constants_source(variant: Variant, parameters: Mapping[str, Any]) -> str:

@@ -145,6 +145,63 @@ def _dot(parameters: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------------------
+# 2.6: every student diagnoses a submission of their own, with one of six bugs
+# ---------------------------------------------------------------------------------------------------------
+
+BUGS = {  # letter: how the submitted table differs from the right one
+    "A": {"swap": True},
+    "B": {"halves": True},
+    "C": {"exponent": 4.0},
+    "D": {"exponent": 1.0},
+    "E": {"shift": 1},
+    "F": {"degrees": True},
+}
+# The submission a student gets, by number: the parameter the notebook shows says which submission, not which
+# bug. Number 1 is the one answer key's (the doubled exponent).
+SUBMISSIONS = {1: "C", 2: "E", 3: "A", 4: "F", 5: "D", 6: "B"}
+# What testing shows against each letter, whatever the submission's bug is.
+WRONG_LETTER = {
+    "A": "a table with sin and cos swapped starts with the row (1, 0, 1, 0, ...): compare row 0 of candidate_table with it",
+    "B": "a table in the halves layout starts with d/2 zeros and then d/2 ones: compare row 0 of candidate_table with it",
+    "C": "with a doubled exponent pair i >= 1 turns more slowly than base**(-2i/d) radians per position: measure the "
+         "angle each pair of candidate_table turns between rows 0 and 1",
+    "D": "with the exponent over features pair i >= 1 turns faster than base**(-2i/d) radians per position: measure "
+         "the angle each pair of candidate_table turns between rows 0 and 1",
+    "E": "a table off by one position starts with PE(1), whose first pair is (sin 1, cos 1): compare row 0 of "
+         "candidate_table with PE(0) = (0, 1, 0, 1, ...) and PE(1)",
+    "F": "in degrees pair 0 would turn by pi/180 radians per position instead of 1: measure the angle pair 0 of "
+         "candidate_table turns between rows 0 and 1",
+}
+
+
+def _table_with(length: int, d: int, base: float, *, swap: bool = False, halves: bool = False,
+                exponent: float = 2.0, shift: int = 0, degrees: bool = False) -> Any:
+    import torch
+
+    rows = [pe_with_mistake(p + shift, d, exponent=exponent, degrees=degrees, swap=swap, halves=halves, base=base)
+            for p in range(length)]
+    return torch.tensor(rows, dtype=torch.float64).float()  # (length, d)
+
+
+def submitted_table(number: int):
+    """The ``candidate_table(length, d, base=10000.0)`` of submission ``number`` (one of :data:`SUBMISSIONS`)."""
+    if number not in SUBMISSIONS:
+        raise ValueError(f"number must be one of {sorted(SUBMISSIONS)}, got {number!r}")
+    flags = BUGS[SUBMISSIONS[number]]
+
+    def candidate_table(length, d, base=10000.0):
+        """A submitted interleaved sinusoidal table, shape (length, d), with one bug."""
+        return _table_with(length, d, base, **flags)
+
+    return candidate_table
+
+
+def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    bug = SUBMISSIONS[parameters["submission"]]
+    return {"EXPECTED": bug, "MISTAKES": {letter: why for letter, why in WRONG_LETTER.items() if letter != bug}}
+
+
 VARIANTS = (
     Variant(ASSIGNMENT, "2.2", "pe_d4_p1_test", {"position": (1, 2, 3, 4, 5, 6, 7, 8, 9)},
             lambda parameters: f"position p = {parameters['position']}", _pe_d4),
@@ -154,6 +211,8 @@ VARIANTS = (
     # to whole positions is never a matter of the last decimal (a test of the course checks it).
     Variant(ASSIGNMENT, "2.5", "first_turn_test", {"base": (10000, 1000, 3000, 40000, 100000, 500)},
             lambda parameters: f"base = {parameters['base']}", _first_turn),
+    Variant(ASSIGNMENT, "2.6", "planted_bug_test", {"submission": tuple(SUBMISSIONS)},
+            lambda parameters: f"submission number {parameters['submission']}", _planted_bug),
     Variant(ASSIGNMENT, "2.7", "dot_test", {"distance": (10, 3, 5, 6, 7, 12, 15, 20, 25)},
             lambda parameters: f"distance k = {parameters['distance']}", _dot),
 )
