@@ -160,7 +160,8 @@ def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(vari
 @pytest.mark.parametrize("variant", ALL_VARIANTS, ids=lambda variant: variant.item)
 def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     """A mistake must lie beyond the item's tolerance (1.5 times it) from the right answer, an expression
-    must differ in value, and most combinations have an answer of their own (no two within the tolerance)."""
+    must differ in value, and at least 60% of the combinations have an answer of their own (no two within the
+    tolerance)."""
     tolerance = hidden_constants(variant.assignment, variant.test_cell).get("TOLERANCE", 1e-9)
     answers = set()
     for values in itertools.product(*variant.choices.values()):
@@ -175,7 +176,8 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
             gap = max(abs(a - b) for a, b in zip(numbers_or_values(wrong), expected, strict=True))
             assert gap > 1.5 * tolerance, (values, why)
     combinations = math.prod(len(allowed) for allowed in variant.choices.values())
-    assert len(answers) >= 0.8 * combinations, f"only {len(answers)} answers for {combinations} combinations"
+    # counts are small whole numbers, so some combinations must share one; most do not
+    assert len(answers) >= 0.6 * combinations, f"only {len(answers)} answers for {combinations} combinations"
 
 
 @pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
@@ -272,6 +274,47 @@ def test_the_measured_decay_is_the_compounded_factor(steps):
     for rate, decay in itertools.product(by_item("3.7").choices["lr"], by_item("3.7").choices["weight_decay"]):
         measured = by_item("3.7").constants({"lr": rate, "weight_decay": decay, "steps": steps})["EXPECTED"][0]
         assert measured == pytest.approx((1 - rate * decay) ** steps, rel=1e-9)
+
+
+def t5_bucket(r: int, num_buckets: int, max_distance: int) -> int:
+    """T5's bidirectional bucket of the offset r = j - i, as in the T5 paper's code (written out here)."""
+    n = num_buckets // 2
+    bucket, a = (n if r > 0 else 0), abs(r)
+    exact = n // 2
+    if a < exact:
+        return bucket + a
+    return bucket + min(n - 1, exact + int(math.log(a / exact) / math.log(max_distance / exact) * (n - exact)))
+
+
+@pytest.mark.parametrize("num_buckets", by_item("4.7").choices["num_buckets"])
+@pytest.mark.parametrize("max_distance", by_item("4.7").choices["max_distance"])
+def test_the_last_t5_bucket_starts_where_a_scan_of_the_formula_says(num_buckets, max_distance):
+    last = t5_bucket(-10**7, num_buckets, max_distance)
+    start = next(a for a in range(1, 10**5) if t5_bucket(-a, num_buckets, max_distance) == last)
+    parameters = {"num_buckets": num_buckets, "max_distance": max_distance}
+    assert by_item("4.7").constants(parameters)["EXPECTED"] == [start]
+
+
+@pytest.mark.parametrize("heads", by_item("4.8").choices["heads"])
+def test_alibi_hiding_distances_match_a_softmax_and_are_never_ties(heads):
+    for lead in by_item("4.8").choices["lead"]:
+        distances = []
+        for slope in (2 ** (-8 / heads), 2 ** -8):  # head 1 and the last head (heads is a power of two)
+            assert abs(lead / slope - round(lead / slope)) > 1e-3  # no tie at the answer
+            far_wins = [math.exp(lead - slope * D) / (math.exp(lead - slope * D) + math.exp(-slope)) > 0.5
+                        for D in range(2, 3000)]
+            distances.append(far_wins.index(False) + 2)
+        assert by_item("4.8").constants({"lead": lead, "heads": heads})["EXPECTED"] == distances
+
+
+@pytest.mark.parametrize("context", by_item("5.6").choices["context"])
+def test_slow_pairs_match_the_wavelengths_and_do_not_depend_on_the_last_position(context):
+    for base, head_dim in itertools.product(by_item("5.6").choices["base"], by_item("5.6").choices["head_dim"]):
+        wavelengths = [2 * math.pi * base ** (2 * i / head_dim) for i in range(head_dim // 2)]
+        slow = sum(1 for wavelength in wavelengths if wavelength > context - 1)
+        assert slow == sum(1 for wavelength in wavelengths if wavelength > context)  # L - 1 or L: the same
+        parameters = {"base": base, "head_dim": head_dim, "context": context}
+        assert by_item("5.6").constants(parameters)["EXPECTED"] == [slow]
 
 
 def test_shaw_memory_counts_bytes_of_both_shapes():
@@ -374,12 +417,13 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
 # numbers and declares ana's ID; fay hands in ben's numbers. The IDs are chosen so that every varied parameter
 # differs between the pairs (the first test below checks it).
 CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "fay": "ben"}
-CLASS_ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "06_comparison")
-TOTALS = {"01_permutation": 13, "02_sinusoidal": 18, "03_learned": 12, "06_comparison": 13}  # README's table
+CLASS_ASSIGNMENTS = ASSIGNMENTS
+TOTALS = {"01_permutation": 13, "02_sinusoidal": 18, "03_learned": 12, "04_relative": 13, "05_rope": 13,
+          "06_comparison": 13}  # README's table, autograded points (written answers wait for a hand grade)
 
 
 def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[str, str]:
-    """Typed-in numbers for the varied items of chapters 1, 3 and 6 (derived here, as in the tests above)."""
+    """Typed-in numbers for the varied items of every chapter (derived here, as in the tests above)."""
     if assignment == "01_permutation":
         first, others = parameters["1.7"]["values"]
         sequence = [first] + [others] * 7
@@ -390,6 +434,18 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
         ratio = (1 - decay["lr"] * decay["weight_decay"]) ** decay["steps"]
         return {"offset_answer": f"offset_rows = [2, {longest + 1}, {rows - longest}]",
                 "decay_answer": f"untrained_norm_ratio = {ratio:.4f}"}
+    if assignment == "04_relative":
+        buckets = parameters["4.7"]
+        last = t5_bucket(-10**7, buckets["num_buckets"], buckets["max_distance"])
+        start = next(a for a in range(1, 10**5) if t5_bucket(-a, buckets["num_buckets"], buckets["max_distance"]) == last)
+        lead, heads = parameters["4.8"]["lead"], parameters["4.8"]["heads"]
+        hiding = [math.floor(1 + lead / slope) + 1 for slope in (2 ** (-8 / heads), 2**-8)]
+        return {"t5_last_bucket_answer": f"t5_last_bucket_start = {start}",
+                "alibi_hiding_answer": f"alibi_hiding_distance = {hiding}"}
+    if assignment == "05_rope":
+        model = parameters["5.6"]
+        wavelengths = [2 * math.pi * model["base"] ** (2 * i / model["head_dim"]) for i in range(model["head_dim"] // 2)]
+        return {"slow_pairs_answer": f"slow_pairs_llama3 = {sum(w > model['context'] for w in wavelengths)}"}
     if assignment == "06_comparison":
         sizes = parameters["6.4"]
         batch, heads, tokens, head_dim = sizes["batch"], sizes["heads"], sizes["tokens"], sizes["head_dim"]
@@ -442,7 +498,7 @@ def rows(out: Path, name: str) -> list[dict[str, str]]:
 
 def test_each_student_is_right_with_their_own_numbers_and_wrong_with_anothers(graded_class):
     scores = {(row["student_id"], row["assignment"]): float(row["raw_score"]) for row in rows(graded_class, "grades.csv")}
-    items = {(row["student_id"], row["item"]): row for row in rows(graded_class, "items.csv")}
+    items = {(row["student_id"], row["assignment"], row["item"]): row for row in rows(graded_class, "items.csv")}
     for assignment in CLASS_ASSIGNMENTS:
         copied = sum(varied_points(assignment).values())
         assert copied > 0
@@ -451,7 +507,7 @@ def test_each_student_is_right_with_their_own_numbers_and_wrong_with_anothers(gr
             assert scores[student, assignment] == expected, (student, assignment)
         for student in ("cy", "fay"):
             for variant in variants_of(assignment):
-                row = items[student, variant.test_cell]
+                row = items[student, assignment, variant.test_cell]
                 assert float(row["score"]) == 0, (student, variant.item)
                 described = variant.describe(parameters(student, assignment)[variant.item])
                 assert row["message"].startswith(f"with your parameters ({described}): "), row["message"]
@@ -471,3 +527,13 @@ def test_feedback_lists_the_parameters_and_names_a_declared_id_that_is_not_the_f
                 "varied items were graded with the parameters of 'cy'")
     assert report.count(mismatch) == len(CLASS_ASSIGNMENTS)
     assert report.count("the notebook says STUDENT_ID") == len(CLASS_ASSIGNMENTS)  # the others declare nothing
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_titles_that_say_your_are_exactly_the_varied_items(assignment):
+    """Students and the book (tests/test_book_exercise_lists.py) learn which items vary from the word "your"."""
+    intro = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells[0]
+    rows = [line.strip("| ").split(" ", 1)[0] for line in intro.source.splitlines()
+            if line.startswith("| ") and "your" in line.lower()]
+    varied = [variant.item for variant in variants_of(assignment)]
+    assert rows == varied

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from autograder.variants import Variant, comparison, learned, permutation, sinusoidal
+from autograder.variants import Variant, comparison, learned, permutation, relative, rope, sinusoidal
 
 VARIANTS: dict[str, tuple[Variant, ...]] = {
     permutation.ASSIGNMENT: permutation.VARIANTS,
     sinusoidal.ASSIGNMENT: sinusoidal.VARIANTS,
     learned.ASSIGNMENT: learned.VARIANTS,
+    relative.ASSIGNMENT: relative.VARIANTS,
+    rope.ASSIGNMENT: rope.VARIANTS,
     comparison.ASSIGNMENT: comparison.VARIANTS,
 }

@@ -1,0 +1,54 @@
+"""Each chapter lists what its notebook grades, item by item: the list must be the notebook's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
+LEAD = "It grades:"
+HEADER = ["| exercise | points |", "| --- | --- |"]
+
+
+def table_after(text: str, lead: str) -> list[str]:
+    """The rows of the Markdown table that starts on the line after the blank line after ``lead``."""
+    assert text.count(lead) == 1, f"{lead!r} must appear exactly once"
+    lines = text.split(lead, 1)[1].splitlines()  # the rest of the lead's line, a blank line, the table
+    assert lines[:2] == ["", ""] and lines[2:4] == HEADER, lines[:4]
+    rows = []
+    for line in lines[4:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def notebook_table(assignment: str) -> list[str]:
+    intro = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells[0]
+    lines = intro.source.splitlines()
+    start = lines.index(HEADER[0])
+    assert lines[start + 1] == HEADER[1]
+    return [line for line in lines[start + 2 :] if line.startswith("|")]
+
+
+def points(rows: list[str]) -> list[float]:
+    return [float(row.strip("|").split("|")[-1].strip().strip("*")) for row in rows]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_chapter_lists_the_items_and_points_of_its_notebook(assignment):
+    book = (ROOT / "book" / f"{assignment}.md").read_text()
+    listed = table_after(book, LEAD)
+    assert listed == notebook_table(assignment)
+    assert sum(points(listed[:-1])) == points(listed)[-1]  # the rows add up to the total
+    assert f"{{download}}`notebooks/{assignment}.ipynb <../notebooks/{assignment}.ipynb>`" in book
+    assert f"python -m autograder check notebooks/{assignment}.ipynb" in book
+
+
+def test_a_list_that_lost_a_row_is_caught():
+    rows = notebook_table("02_sinusoidal")
+    text = "\n".join([LEAD, "", *HEADER, *rows[1:], "", "More text."])
+    assert table_after(text, LEAD) != rows
