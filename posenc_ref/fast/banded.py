@@ -75,15 +75,16 @@ def banded_available() -> bool:
     return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
-def check_banded_can_run(device: torch.device, *tensors: torch.Tensor | None) -> None:
-    """Raise ValueError when the banded path cannot run: not on CPU, autograd needed, or no such kernel."""
+def check_banded_can_run(device: torch.device, *tensors: torch.Tensor | None, name: str = "banded") -> None:
+    """Raise ValueError when the banded path (or another built on the same kernel, ``name``) cannot run: not
+    on CPU, autograd needed, or no such kernel."""
     if device.type != "cpu":
-        raise ValueError(f"implementation='banded' runs on cpu only, got tensors on {device}")
+        raise ValueError(f"implementation={name!r} runs on cpu only, got tensors on {device}")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise ValueError("implementation='banded' has no backward (the kernel's log-sum-exp has no gradient); "
+        raise ValueError(f"implementation={name!r} has no backward (the kernel's log-sum-exp has no gradient); "
                          "inputs require grad. Use implementation='auto' or run under torch.no_grad()")
     if not banded_available():
-        raise ValueError("implementation='banded' needs aten._scaled_dot_product_flash_attention_for_cpu, "
+        raise ValueError(f"implementation={name!r} needs aten._scaled_dot_product_flash_attention_for_cpu, "
                          f"missing from torch {torch.__version__}")
 
 

@@ -7,9 +7,12 @@ position   path (``implementation="auto"``)
 =========  ==============================================================================================
 none       ``scaled_dot_product_attention`` (flash / memory-efficient kernels on CUDA)
 rope       fused Triton rotation of q and k (torch rotation where Triton cannot run), then SDPA
-alibi      FlexAttention with the computed bias in a ``score_mod``, compiled (on CPU its block mask also skips
-           the key blocks where ALiBi's weights vanish); SDPA with a materialized bias for small problems,
-           when autograd is needed on CPU (no flex backward there) or FlexAttention is missing
+alibi      causal on CPU without autograd: per block of queries, the diagonal square (bias template) and a
+           window of earlier keys (bias as a broadcast mask) by SDPA's flash kernel, the keys beyond the
+           window, whose weights vanish, dropped ("window", :mod:`posenc_ref.fast.alibi_window`).
+           Otherwise FlexAttention with the computed bias in a ``score_mod``, compiled (on CPU its block mask
+           also skips the key blocks where ALiBi's weights vanish); SDPA with a materialized bias for small
+           problems, when autograd is needed on CPU (no flex backward there) or FlexAttention is missing
 t5         CPU without autograd: the query blocks split at the band of offsets where the bucket changes, the
            far keys by SDPA's flash kernel, the band written out ("banded", :mod:`posenc_ref.fast.banded`).
            Otherwise as alibi, with the per-offset table read in the ``score_mod``
@@ -32,6 +35,7 @@ import torch
 
 from posenc_ref._checks import check_choice, check_positive_float, check_same_dtype_and_device, check_tensor
 from posenc_ref.fast import flex
+from posenc_ref.fast.alibi_window import alibi_window_attention
 from posenc_ref.fast.banded import banded_available, banded_offset_attention, check_banded_can_run
 from posenc_ref.fast.device import needs_grad
 from posenc_ref.fast.offset_bias import BIAS_POSITIONS, bias_by_offset, bias_compute_dtype
@@ -43,14 +47,16 @@ from posenc_ref.fast.shaw import shaw_attention
 IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "none": ("auto", "sdpa"),
     "rope": ("auto", "triton", "torch"),
-    "alibi": ("auto", "banded", "flex", "flex_eager", "sdpa_bias"),
+    "alibi": ("auto", "window", "banded", "flex", "flex_eager", "sdpa_bias"),
     "t5": ("auto", "banded", "flex", "flex_eager", "sdpa_bias"),
     "shaw": ("auto", "banded", "chunked"),
 }
 """The ``implementation`` values each position accepts. "auto" picks the fastest path that runs here;
 "flex" is compiled FlexAttention, "flex_eager" the uncompiled one (correct, materializes the scores),
 "sdpa_bias" the materialized-bias fallback, "banded" the band split of :mod:`posenc_ref.fast.banded` (CPU,
-no autograd), "chunked" Shaw's query chunks; "triton"/"torch" choose the RoPE rotation."""
+no autograd), "window" causal ALiBi's square and window split of :mod:`posenc_ref.fast.alibi_window` (CPU, no
+autograd; without ``causal`` it runs "banded"), "chunked" Shaw's query chunks; "triton"/"torch" choose the
+RoPE rotation."""
 
 _FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SMALL_BIAS_ELEMENTS = 1 << 20  # heads * q_len * k_len up to which "auto" materializes an offset bias (4 MiB)
@@ -74,9 +80,11 @@ def _banded_runs(*tensors: torch.Tensor) -> bool:
     return tensors[0].device.type == "cpu" and not needs_grad(*tensors) and banded_available()
 
 
-def _bias_implementation(position: str, implementation: str, q, k, v, params: dict[str, Any]) -> str:
-    """Resolve "auto" for alibi/t5: "banded" for t5 on CPU without autograd; otherwise compiled flex, except
-    where the materialized bias is the better choice.
+def _bias_implementation(position: str, implementation: str, q, k, v, params: dict[str, Any], causal: bool
+                         ) -> str:
+    """Resolve "auto" for alibi/t5: "banded" for t5 and "window" for causal alibi on CPU without autograd
+    (alibi: above SMALL_BIAS_ELEMENTS); otherwise compiled flex, except where the materialized bias is the
+    better choice.
 
     That is: no FlexAttention, a dtype other than float32/16 and bfloat16, a small problem (the bias has at
     most SMALL_BIAS_ELEMENTS entries: compiling would cost more than it saves), autograd on a device whose
@@ -88,9 +96,12 @@ def _bias_implementation(position: str, implementation: str, q, k, v, params: di
         return implementation
     if position == "t5" and _banded_runs(q, k, v, table):
         return "banded"
+    large = q.shape[1] * q.shape[2] * k.shape[2] > SMALL_BIAS_ELEMENTS
+    if position == "alibi" and causal and large and _banded_runs(q, k, v, table):
+        return "window"
     if not flex.flex_available() or q.dtype not in _FLEX_DTYPES:
         return "sdpa_bias"
-    if q.shape[1] * q.shape[2] * k.shape[2] <= SMALL_BIAS_ELEMENTS:
+    if not large:
         return "sdpa_bias"
     if needs_grad(q, k, v, table) and not flex.flex_backward_supported(q.device):
         return "sdpa_bias"
@@ -159,8 +170,11 @@ def fast_attention(
             q, k = rotate_checked(q, k, params["inv_freq"], implementation=implementation, **rotation)
         return sdpa_attention(q, k, v, **options)
     if position in BIAS_POSITIONS:
-        chosen = _bias_implementation(position, implementation, q, k, v, params)
-        if chosen == "banded":
+        chosen = _bias_implementation(position, implementation, q, k, v, params, causal)
+        if chosen == "window" and causal:
+            check_banded_can_run(q.device, q, k, v, params["slopes"], name="window")
+            return alibi_window_attention(q, k, v, params["slopes"], scale=scale, offset=offset)
+        if chosen in ("banded", "window"):  # "window" without causal: the banded path
             check_banded_can_run(q.device, q, k, v, params.get("bias_table", params.get("slopes")))
             return banded_offset_attention(q, k, v, position, params, **options)
         if chosen == "sdpa_bias":
