@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from item_grading import hidden_constants
+from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants
 from planted import ROOT, filled, run_module, solutions
 
 from autograder.variants import draw, parameters_for, variants_of
@@ -272,6 +272,18 @@ def test_no_count_of_slow_pairs_hangs_on_the_last_position(parameters):
     thetas32 = (base ** (-2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)).float()
     assert int(((length - 1) * thetas32 < 2 * math.pi).sum()) == never_turning_pairs(base, head_dim, length)
     assert never_turning_pairs(base, head_dim, length + 1) == never_turning_pairs(base, head_dim, length)
+
+
+@pytest.mark.parametrize(("student", "pairs"), [("", 64), ("ada", 32), ("ida", 48)])
+def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypatch, student, pairs):
+    """The notebook's parameters (here from $JUPYTERHUB_USER, as on a hub) set the bound d/2 of the visible test."""
+    monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", student)
+    assert draw(VARIED["5.6"], student)["head_dim"] // 2 == pairs or not student
+    passed, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs + 1})
+    assert not passed and message == f"{VISIBLE_FAILURE}a number of pairs, between 0 and d/2", message
+    _, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs})
+    assert not message.startswith(VISIBLE_FAILURE), message
 
 
 @pytest.mark.parametrize("item", ITEMS)
