@@ -3,11 +3,18 @@ ALiBi hides the better token.
 
 4.7: the smallest distance :math:`a` at which a key :math:`a` tokens before the query lands in the last bucket
 of its direction, found by scanning ``posenc_ref.relative.relative_position_bucket`` (the rule of T5 and of
-Hugging Face's ``T5Attention``), bidirectional, for the student's ``num_buckets`` and ``max_distance``.
+Hugging Face's ``T5Attention``), bidirectional, for the student's ``num_buckets`` and ``max_distance``. With
+:math:`n = \text{num\_buckets} / 2` buckets per direction and :math:`e = n / 2` exact ones, the bucket of
+:math:`a \ge e` is :math:`e + \lfloor (n - e) \ln(a / e) / \ln(\text{max\_distance} / e) \rfloor` (at most
+:math:`n - 1`), so the last bucket begins at
+:math:`\lceil e\,(\text{max\_distance} / e)^{(n - 1 - e) / (n - e)} \rceil`; for the allowed values that bound
+is never a whole number.
 
 4.8: with ALiBi's slope :math:`m_h` the far key (a lead of :math:`\delta` in content score, :math:`D` positions
 back) gets the smaller weight than the key 1 position back once :math:`\delta - m_h D < -m_h`, i.e. the smallest
-whole :math:`D > 1 + \delta / m_h`; slopes from ``posenc_ref.relative.alibi_slopes``.
+whole :math:`D > 1 + \delta / m_h`, which is :math:`\lfloor 1 + \delta / m_h \rfloor + 1`; slopes from
+``posenc_ref.relative.alibi_slopes`` (:math:`m_h = 2^{-8h/n}` for :math:`n` heads, a power of two), for head 1 and
+head :math:`n`. :math:`\delta / m_h` is never a whole number for the allowed values, so there is no tie.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from autograder.variants import Variant
 
 ASSIGNMENT = "04_relative"
 DEFAULT_BUCKETS, DEFAULT_MAX_DISTANCE = 32, 128  # T5's defaults, a mistake students make
+DEFAULT_HEADS = 8  # the heads of 4.4's example, a mistake students make
 FAR = 10**6  # a distance beyond every max_distance here: it lies in the last bucket
 
 
@@ -54,12 +62,18 @@ def _last_bucket(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ("this is the number of the last bucket, not the distance at which it begins", buckets // 2 - 1),
         ("this is the number of the last bucket of the keys after the query, not a distance", buckets - 1),
     ]
-    kept, seen = [], {start}  # a mistake that is the right answer for these parameters is no mistake
+    return {"EXPECTED": [start], "MISTAKES": _distinct([start], [(why, [wrong]) for why, wrong in mistakes])}
+
+
+def _distinct(right: list[int], mistakes: list[tuple[str, list[int]]]) -> list[tuple[str, list[int]]]:
+    """The mistakes whose answer is neither the right one for these parameters (that is no mistake) nor the
+    answer of a mistake listed before."""
+    kept, seen = [], [right]
     for why, wrong in mistakes:
         if wrong not in seen:
-            kept.append((why, [wrong]))
-            seen.add(wrong)
-    return {"EXPECTED": [start], "MISTAKES": kept}
+            kept.append((why, wrong))
+            seen.append(wrong)
+    return kept
 
 
 def hiding_distance(lead: float, slope: float) -> int:
@@ -73,17 +87,18 @@ def _alibi_hiding(parameters: Mapping[str, Any]) -> dict[str, Any]:
     lead, heads = parameters["lead"], parameters["heads"]
     slopes = alibi_slopes(heads).double().tolist()
     first, last = hiding_distance(lead, slopes[0]), hiding_distance(lead, slopes[-1])
-    return {
-        "EXPECTED": [first, last],
-        "MISTAKES": [
-            ((f"the key just before the query pays a penalty too (it is 1 position away): compare the far key's "
-             f"extra penalty, for D - 1 positions, with its lead of {lead}"), [first - 1, last - 1]),
-            ("the heads are the wrong way round: head 1 has the steepest slope, the last head the gentlest",
-             [last, first]),
-            (("the heads are the wrong way round, and the key just before the query pays a penalty too (it is 1 "
-             "position away)"), [last - 1, first - 1]),
-        ],
-    }
+    eight = alibi_slopes(DEFAULT_HEADS).double().tolist()
+    mistakes = [
+        ((f"the key just before the query pays a penalty too (it is 1 position away): compare the far key's "
+         f"extra penalty, for D - 1 positions, with its lead of {lead}"), [first - 1, last - 1]),
+        ("the heads are the wrong way round: head 1 has the steepest slope, the last head the gentlest",
+         [last, first]),
+        (("the heads are the wrong way round, and the key just before the query pays a penalty too (it is 1 "
+         "position away)"), [last - 1, first - 1]),
+        ((f"these are the slopes of {DEFAULT_HEADS} heads (head 1: 1/2); with {heads} heads head h has the slope "
+          f"2**(-8h/{heads})"), [hiding_distance(lead, eight[0]), hiding_distance(lead, eight[-1])]),
+    ]
+    return {"EXPECTED": [first, last], "MISTAKES": _distinct([first, last], mistakes)}
 
 
 VARIANTS = (

@@ -2,7 +2,10 @@ r"""The varied item of chapter 5 (RoPE): 5.6, pairs that never turn once.
 
 Pair :math:`i` of a head of :math:`d` features turns by :math:`\theta_i = \text{base}^{-2i/d}` radians per
 position; over the positions :math:`0, \dots, L - 1` it never completes a turn while
-:math:`(L - 1)\,\theta_i < 2\pi`. The frequencies come from ``posenc_ref.rope.rope_frequencies``.
+:math:`(L - 1)\,\theta_i < 2\pi`, i.e. while its wavelength :math:`2\pi\,\text{base}^{2i/d}` exceeds
+:math:`L - 1`. The frequencies come from ``posenc_ref.rope.rope_frequencies``. For the allowed values no wavelength
+lies within 10 tokens of :math:`L - 1` or :math:`L`, so the count is the same whichever of the two is taken as
+the last position, and in float32.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from autograder.variants import Variant
 
 ASSIGNMENT = "05_rope"
+LLAMA3 = (500_000, 128, 8192)  # base, head dimension, context: the question's example, a mistake students make
 
 
 def slow_pairs(base: float, head_dim: int, length: int, *, full_turn: float = 2 * math.pi, exponent: float = 2.0
@@ -41,6 +45,8 @@ def _slow_pairs(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ("the exponent is doubled: theta_i = base**(-2i/d) for pair i = 0, ..., d/2 - 1",
          slow_pairs(base, head_dim, length, exponent=4.0)),
         ("the angles are in radians: a full turn is 2 pi, not 360", slow_pairs(base, head_dim, length, full_turn=360.0)),
+        (("this is Llama 3's count (base 500,000, d = 128, L = 8192), the example of the question; use your base, "
+          "head size and length"), slow_pairs(*LLAMA3)),
     ]
     kept, seen = [], {right}  # a mistake that is the right answer for these parameters is no mistake
     for why, wrong in mistakes:

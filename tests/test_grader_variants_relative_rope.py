@@ -1,0 +1,386 @@
+"""The varied items of chapters 4 and 5: 4.7 (where the last T5 bucket begins), 4.8 (when ALiBi hides the better
+token) and 5.6 (RoPE pairs that never turn once).
+
+The answer key reproduces the literals of each hidden test; the expected values and the named mistakes agree, for
+every allowed combination, with derivations written here from the chapters' formulas (a loop over distances, a
+search over offsets with a softmax, a loop over positions), not with autograder/ or posenc_ref; no mistake is
+graded as right and no answer hangs on a last decimal; and a small class graded end to end, where one student
+hands in another's numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants
+from planted import ROOT, filled, run_module, solutions
+
+from autograder.variants import draw, parameters_for, variants_of
+
+RELATIVE, ROPE = "04_relative", "05_rope"
+VARIED = {variant.item: variant for assignment in (RELATIVE, ROPE) for variant in variants_of(assignment)}
+ITEMS = ("4.7", "4.8", "5.6")
+FAR = 10**7  # tokens back: in the last bucket for every max_distance here
+
+
+def combinations(item: str) -> list[dict]:
+    choices = VARIED[item].choices
+    return [dict(zip(choices, values, strict=True)) for values in itertools.product(*choices.values())]
+
+
+def combination_id(parameters: dict) -> str:
+    return "-".join(f"{name}={value}" for name, value in parameters.items())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Derivations written here, from the formulas of the chapters
+# ---------------------------------------------------------------------------------------------------------
+
+
+def t5_bucket(r: int, num_buckets: int, max_distance: int, *, bidirectional: bool = True) -> int:
+    """T5's bucket of the offset r = j - i, as in the T5 paper's code (float64 logarithms)."""
+    if bidirectional:
+        n = num_buckets // 2
+        bucket, a = (n if r > 0 else 0), abs(r)
+    else:
+        n = num_buckets
+        bucket, a = 0, max(-r, 0)
+    exact = n // 2
+    if a < exact:
+        return bucket + a
+    return bucket + min(n - 1, exact + int(math.log(a / exact) / math.log(max_distance / exact) * (n - exact)))
+
+
+def last_bucket_start(num_buckets: int, max_distance: int, *, bidirectional: bool = True) -> int:
+    """The first distance a >= 1 whose key, a tokens before the query, shares the bucket of a key FAR back."""
+    last = t5_bucket(-FAR, num_buckets, max_distance, bidirectional=bidirectional)
+    a = 1
+    while t5_bucket(-a, num_buckets, max_distance, bidirectional=bidirectional) != last:
+        a += 1
+    return a
+
+
+def alibi_slope(head: int, heads: int) -> float:
+    """ALiBi's slope of head ``head`` (1-based) among ``heads`` (a power of two): 2**(-8 head / heads)."""
+    return 2.0 ** (-8 * head / heads)
+
+
+def hiding_by_search(lead: float, slope: float) -> int:
+    """The first D >= 2 at which a softmax over the two keys (the far one D back with ``lead`` more content
+    score, the near one 1 back) gives the far key the smaller weight."""
+    for distance in range(2, 100_000):
+        far, near = lead - slope * distance, -slope * 1
+        weights = torch.softmax(torch.tensor([far, near], dtype=torch.float64), dim=0)
+        if weights[0] < weights[1]:
+            return distance
+    raise AssertionError("no distance found")
+
+
+def never_turning_pairs(base: float, head_dim: int, length: int, *, full_turn: float = 2 * math.pi,
+                        exponent: float = 2.0) -> int:
+    """Pairs i whose angle p * base**(-exponent i / d) stays below ``full_turn`` at every position p of 0..L-1,
+    checked at every position."""
+    positions = torch.arange(length, dtype=torch.float64)  # (L,)
+    count = 0
+    for i in range(head_dim // 2):
+        theta = base ** (-exponent * i / head_dim)
+        count += bool((positions * theta < full_turn).all())
+    return count
+
+
+def expected_by_derivation(item: str, parameters: dict) -> list[int]:
+    if item == "4.7":
+        return [last_bucket_start(parameters["num_buckets"], parameters["max_distance"])]
+    if item == "4.8":
+        heads = parameters["heads"]
+        return [hiding_by_search(parameters["lead"], alibi_slope(h, heads)) for h in (1, heads)]
+    return [never_turning_pairs(parameters["base"], parameters["head_dim"], parameters["context"])]
+
+
+def mistakes_by_derivation(item: str, parameters: dict) -> list[list[int]]:
+    """The answers of the named mistakes, in the order the hidden test lists them, before the ones equal to
+    the right answer (or to an earlier mistake) are left out."""
+    if item == "4.7":
+        buckets, distance = parameters["num_buckets"], parameters["max_distance"]
+        start = last_bucket_start(buckets, distance)
+        wrong = [start - 1, last_bucket_start(buckets, distance, bidirectional=False), distance,
+                 last_bucket_start(32, distance), last_bucket_start(buckets, 128), buckets // 2 - 1, buckets - 1]
+        return [[value] for value in wrong]
+    if item == "4.8":
+        lead, heads = parameters["lead"], parameters["heads"]
+        first, last = (hiding_by_search(lead, alibi_slope(h, heads)) for h in (1, heads))
+        eight = [hiding_by_search(lead, alibi_slope(h, 8)) for h in (1, 8)]
+        return [[first - 1, last - 1], [last, first], [last - 1, first - 1], eight]
+    base, head_dim, length = parameters["base"], parameters["head_dim"], parameters["context"]
+    right = never_turning_pairs(base, head_dim, length)
+    return [[value] for value in (
+        head_dim // 2 - right,
+        never_turning_pairs(10_000, head_dim, length),
+        never_turning_pairs(base, head_dim, length, full_turn=1.0),
+        never_turning_pairs(base, head_dim, length, exponent=4.0),
+        never_turning_pairs(base, head_dim, length, full_turn=360.0),
+        never_turning_pairs(500_000, 128, 8192),
+    )]
+
+
+def distinct(right: list[int], wrong: list[list[int]]) -> list[list[int]]:
+    kept: list[list[int]] = []
+    for answer in wrong:
+        if answer != right and answer not in kept:
+            kept.append(answer)
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The one answer key
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_items_vary_with_todays_values_first():
+    assert {item: VARIED[item].answer_key for item in ITEMS} == {
+        "4.7": {"num_buckets": 64, "max_distance": 256},
+        "4.8": {"lead": 1.3, "heads": 8},
+        "5.6": {"base": 500_000, "head_dim": 128, "context": 8192},
+    }
+    assert [VARIED[item].test_cell for item in ITEMS] == ["t5_last_bucket_test", "alibi_hiding_test",
+                                                           "slow_pairs_test"]
+
+
+@pytest.mark.parametrize("item", ITEMS)
+def test_the_answer_key_gives_exactly_the_literal_constants_of_the_hidden_test(item):
+    variant = VARIED[item]
+    literal = hidden_constants(variant.assignment, variant.test_cell)
+    computed = variant.constants(variant.answer_key)
+    assert set(computed) == {"EXPECTED", "MISTAKES"} <= set(literal)
+    assert computed["EXPECTED"] == literal["EXPECTED"]
+    assert [wrong for _, wrong in computed["MISTAKES"]] == [wrong for _, wrong in literal["MISTAKES"]]
+    assert all(isinstance(why, str) and why for why, _ in computed["MISTAKES"])
+
+
+@pytest.mark.parametrize("item", ITEMS)
+def test_the_literals_of_the_hidden_test_follow_from_the_derivations(item):
+    """The one answer key's literals, derived here (so a wrong literal cannot pass by agreeing with the code)."""
+    variant = VARIED[item]
+    literal = hidden_constants(variant.assignment, variant.test_cell)
+    right = expected_by_derivation(item, variant.answer_key)
+    assert literal["EXPECTED"] == right
+    assert [wrong for _, wrong in literal["MISTAKES"]] == distinct(right, mistakes_by_derivation(item, variant.answer_key))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every allowed combination, against the derivations
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parameters", combinations("4.7"), ids=combination_id)
+def test_the_last_t5_bucket_starts_where_a_loop_over_distances_finds_it(parameters):
+    constants = VARIED["4.7"].constants(parameters)
+    right = expected_by_derivation("4.7", parameters)
+    assert constants["EXPECTED"] == right
+    assert [wrong for _, wrong in constants["MISTAKES"]] == distinct(right, mistakes_by_derivation("4.7", parameters))
+
+
+@pytest.mark.parametrize("parameters", combinations("4.8"), ids=combination_id)
+def test_alibi_hides_the_better_token_where_a_search_over_offsets_finds_it(parameters):
+    constants = VARIED["4.8"].constants(parameters)
+    right = expected_by_derivation("4.8", parameters)
+    assert constants["EXPECTED"] == right
+    assert [wrong for _, wrong in constants["MISTAKES"]] == distinct(right, mistakes_by_derivation("4.8", parameters))
+
+
+@pytest.mark.parametrize("parameters", combinations("5.6"), ids=combination_id)
+def test_the_pairs_that_never_turn_are_counted_as_a_loop_over_positions_counts_them(parameters):
+    constants = VARIED["5.6"].constants(parameters)
+    right = expected_by_derivation("5.6", parameters)
+    assert constants["EXPECTED"] == right
+    assert [wrong for _, wrong in constants["MISTAKES"]] == distinct(right, mistakes_by_derivation("5.6", parameters))
+
+
+def test_the_derivations_can_tell_the_known_cases():
+    """The derivations themselves, on values stated in the chapters and in posenc_ref's docstring."""
+    assert last_bucket_start(32, 128) == 91  # T5's defaults: 8 * 2**3.5 = 90.51
+    assert last_bucket_start(64, 256) == 216  # 16 * 16**(15/16) = 215.27
+    assert [hiding_by_search(1.3, alibi_slope(h, 8)) for h in (1, 8)] == [4, 334]  # 1 + 2.6, 1 + 332.8
+    assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63
+
+
+@pytest.mark.parametrize("item", ITEMS)
+def test_for_every_allowed_combination_no_mistake_is_the_right_answer(item):
+    """The hidden tests compare whole numbers exactly (atol=0): each mistake must differ by at least 1 in some
+    entry, and no two mistakes share an answer (each message is the one its answer earns)."""
+    variant = VARIED[item]
+    assert "TOLERANCE" not in hidden_constants(variant.assignment, variant.test_cell)
+    answers = set()
+    for parameters in combinations(item):
+        constants = variant.constants(parameters)
+        right = constants["EXPECTED"]
+        answers.add(tuple(right))
+        wrongs = [wrong for _, wrong in constants["MISTAKES"]]
+        assert wrongs, parameters
+        assert len({tuple(wrong) for wrong in wrongs}) == len(wrongs), parameters
+        for wrong in wrongs:
+            assert len(wrong) == len(right)
+            assert max(abs(a - b) for a, b in zip(wrong, right, strict=True)) >= 1, (parameters, wrong)
+    assert len(answers) >= 0.6 * len(combinations(item)), f"{len(answers)} answers"
+
+
+@pytest.mark.parametrize("parameters", combinations("4.7"), ids=combination_id)
+def test_no_last_bucket_hangs_on_a_last_decimal(parameters):
+    """At the answer the bucket's logarithmic value is past n - 1 by at least 1e-5 (some twenty float32 steps),
+    and one token closer it is short of n - 1 by more: float32 (as T5 and posenc_ref compute) gives the same."""
+    buckets, distance = parameters["num_buckets"], parameters["max_distance"]
+    n = buckets // 2
+    exact = n // 2
+    start = last_bucket_start(buckets, distance)
+
+    def scaled(a: int) -> float:
+        return exact + math.log(a / exact) / math.log(distance / exact) * (n - exact)
+
+    assert scaled(start) - (n - 1) >= 1e-5
+    assert (n - 1) - scaled(start - 1) >= 1e-5
+    distances = torch.arange(exact, 4 * distance, dtype=torch.float32)
+    in_float32 = exact + (torch.log(distances / exact) / math.log(distance / exact) * (n - exact)).long()
+    assert int(distances[in_float32 >= n - 1][0]) == start
+
+
+@pytest.mark.parametrize("parameters", combinations("4.8"), ids=combination_id)
+def test_no_alibi_distance_is_a_tie(parameters):
+    """lead / slope is at least 0.1 from a whole number: no distance where the two weights are (nearly) equal."""
+    heads = parameters["heads"]
+    for head in (1, heads):
+        ratio = parameters["lead"] / alibi_slope(head, heads)
+        assert abs(ratio - round(ratio)) >= 0.1, (head, ratio)
+        slope32 = float(torch.tensor(alibi_slope(head, heads), dtype=torch.float32))
+        assert hiding_by_search(parameters["lead"], slope32) == hiding_by_search(parameters["lead"],
+                                                                                 alibi_slope(head, heads))
+
+
+@pytest.mark.parametrize("parameters", combinations("5.6"), ids=combination_id)
+def test_no_count_of_slow_pairs_hangs_on_the_last_position(parameters):
+    """No wavelength 2 pi base**(2i/d) lies within 10 tokens of L - 1 or L: L - 1 or L as the last position, and
+    float32 frequencies, give the same count."""
+    base, head_dim, length = parameters["base"], parameters["head_dim"], parameters["context"]
+    wavelengths = [2 * math.pi * base ** (2 * i / head_dim) for i in range(head_dim // 2)]
+    assert min(abs(wavelength - last) for wavelength in wavelengths for last in (length - 1, length)) >= 10
+    thetas32 = (base ** (-2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)).float()
+    assert int(((length - 1) * thetas32 < 2 * math.pi).sum()) == never_turning_pairs(base, head_dim, length)
+    assert never_turning_pairs(base, head_dim, length + 1) == never_turning_pairs(base, head_dim, length)
+
+
+@pytest.mark.parametrize(("student", "pairs"), [("", 64), ("ada", 32), ("ida", 48)])
+def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypatch, student, pairs):
+    """The notebook's parameters (here from $JUPYTERHUB_USER, as on a hub) set the bound d/2 of the visible test."""
+    monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
+    monkeypatch.setenv("JUPYTERHUB_USER", student)
+    assert draw(VARIED["5.6"], student)["head_dim"] // 2 == pairs or not student
+    passed, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs + 1})
+    assert not passed and message == f"{VISIBLE_FAILURE}a number of pairs, between 0 and d/2", message
+    _, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs})
+    assert not message.startswith(VISIBLE_FAILURE), message
+
+
+@pytest.mark.parametrize("item", ITEMS)
+def test_the_parameters_line_names_every_value(item):
+    for parameters in combinations(item):
+        line = VARIED[item].describe(parameters)
+        assert all(str(value) in line for value in parameters.values()), line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A class graded end to end
+# ---------------------------------------------------------------------------------------------------------
+
+# ida and oli hand in the solutions (which read their parameters); sam types in the numbers of his own
+# parameters; ada types in ida's numbers. The IDs are chosen so that ida and oli, and ada and ida, differ in
+# every parameter and every expected answer of the three items (checked below).
+SOLVED = ("ida", "oli")
+TYPED_OWN = "sam"
+COPIER, COPIED = "ada", "ida"
+ANSWER_CELLS = {"4.7": ("t5_last_bucket_answer", "t5_last_bucket_start"),
+                "4.8": ("alibi_hiding_answer", "alibi_hiding_distance"),
+                "5.6": ("slow_pairs_answer", "slow_pairs_llama3")}
+
+
+def drawn(student: str, item: str) -> dict:
+    return draw(VARIED[item], student)
+
+
+def typed_answers(assignment: str, numbers_of: str) -> dict[str, str]:
+    """Answer cells with the numbers of ``numbers_of``'s parameters typed in, derived here."""
+    answers = {}
+    for item in ITEMS:
+        if VARIED[item].assignment == assignment:
+            cell, name = ANSWER_CELLS[item]
+            expected = expected_by_derivation(item, drawn(numbers_of, item))
+            answers[cell] = f"{name} = {expected if item == '4.8' else expected[0]}"
+    return answers
+
+
+def test_the_class_ids_differ_in_every_parameter_and_every_answer():
+    for first, second in ((*SOLVED,), (COPIER, COPIED)):
+        for item in ITEMS:
+            mine, theirs = drawn(first, item), drawn(second, item)
+            assert all(mine[name] != theirs[name] for name in mine), (first, second, item)
+            assert expected_by_derivation(item, mine) != expected_by_derivation(item, theirs), (first, second, item)
+    for assignment in (RELATIVE, ROPE):  # what the notebook's my_parameters gives them
+        for student in (*SOLVED, TYPED_OWN, COPIER):
+            assert {item: drawn(student, item) for item in ITEMS if VARIED[item].assignment == assignment} == (
+                parameters_for(assignment, student, enabled=True))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> Path:
+    """One grading run over both assignments for the four students; the folder of its tables."""
+    root = tmp_path_factory.mktemp("relative_rope")
+    for assignment in (RELATIVE, ROPE):
+        answers = {student: solutions(assignment) for student in SOLVED}
+        answers[TYPED_OWN] = {**solutions(assignment), **typed_answers(assignment, TYPED_OWN)}
+        answers[COPIER] = {**solutions(assignment), **typed_answers(assignment, COPIED)}
+        for student, cells in answers.items():
+            folder = root / "submitted" / student / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(filled(assignment, cells), folder / f"{assignment}.ipynb")
+    completed = run_module("autograder", "grade", str(root / "submitted"), "--out", str(root / "out"), timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    yield root / "out"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def table(out: Path, name: str) -> list[dict[str, str]]:
+    with open(out / name, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def points(assignment: str, test_cell: str) -> float:
+    notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    (cell,) = [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == test_cell]
+    return float(cell.metadata["nbgrader"]["points"])
+
+
+@pytest.mark.slow
+def test_own_parameters_score_full_and_anothers_numbers_score_zero(graded):
+    items = {(row["student_id"], row["assignment"], row["item"]): row for row in table(graded, "items.csv")}
+    scores = {(row["student_id"], row["assignment"]): float(row["raw_score"]) for row in table(graded, "grades.csv")}
+    for item in ITEMS:
+        variant = VARIED[item]
+        full = points(variant.assignment, variant.test_cell)
+        assert full > 0
+        for student in (*SOLVED, TYPED_OWN):
+            row = items[student, variant.assignment, variant.test_cell]
+            assert float(row["score"]) == full, (student, item, row["message"])
+        copied = items[COPIER, variant.assignment, variant.test_cell]
+        assert float(copied["score"]) == 0, item
+        described = variant.describe(drawn(COPIER, item))
+        assert copied["message"].startswith(f"with your parameters ({described}): "), copied["message"]
+    for assignment in (RELATIVE, ROPE):
+        varied = sum(points(assignment, variant.test_cell) for variant in variants_of(assignment))
+        total = scores[SOLVED[0], assignment]
+        assert scores[SOLVED[1], assignment] == scores[TYPED_OWN, assignment] == total, assignment
+        assert scores[COPIER, assignment] == total - varied, assignment
