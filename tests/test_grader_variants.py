@@ -354,6 +354,8 @@ def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, c
     assert hub["2.5"] == draw(VARIED["2.5"], "hubuser")
     with pytest.raises(KeyError, match="item must be one of"):
         mine["2.4"]
+    with pytest.raises(KeyError, match="item must be one of"):
+        mine.show("2.4")
     with pytest.raises(TypeError, match="STUDENT_ID must be a string"):
         your_parameters(ASSIGNMENT, ["ana"])
 

@@ -199,8 +199,9 @@ class YourParameters(Mapping):
         return len(self.by_item)
 
     def line(self, item: str) -> str:
+        parameters = self[item]  # a KeyError that lists the varied items, for any other
         variant = next(variant for variant in variants_of(self.assignment) if variant.item == item)
-        return f"Your parameters for {item}: {variant.describe(self[item])}"
+        return f"Your parameters for {item}: {variant.describe(parameters)}"
 
     def show(self, item: str) -> None:
         """Print the parameters of ``item``, and what is missing if the student ID is not set."""
