@@ -286,37 +286,6 @@ def t5_bucket(r: int, num_buckets: int, max_distance: int) -> int:
     return bucket + min(n - 1, exact + int(math.log(a / exact) / math.log(max_distance / exact) * (n - exact)))
 
 
-@pytest.mark.parametrize("num_buckets", by_item("4.7").choices["num_buckets"])
-@pytest.mark.parametrize("max_distance", by_item("4.7").choices["max_distance"])
-def test_the_last_t5_bucket_starts_where_a_scan_of_the_formula_says(num_buckets, max_distance):
-    last = t5_bucket(-10**7, num_buckets, max_distance)
-    start = next(a for a in range(1, 10**5) if t5_bucket(-a, num_buckets, max_distance) == last)
-    parameters = {"num_buckets": num_buckets, "max_distance": max_distance}
-    assert by_item("4.7").constants(parameters)["EXPECTED"] == [start]
-
-
-@pytest.mark.parametrize("heads", by_item("4.8").choices["heads"])
-def test_alibi_hiding_distances_match_a_softmax_and_are_never_ties(heads):
-    for lead in by_item("4.8").choices["lead"]:
-        distances = []
-        for slope in (2 ** (-8 / heads), 2 ** -8):  # head 1 and the last head (heads is a power of two)
-            assert abs(lead / slope - round(lead / slope)) > 1e-3  # no tie at the answer
-            far_wins = [math.exp(lead - slope * D) / (math.exp(lead - slope * D) + math.exp(-slope)) > 0.5
-                        for D in range(2, 3000)]
-            distances.append(far_wins.index(False) + 2)
-        assert by_item("4.8").constants({"lead": lead, "heads": heads})["EXPECTED"] == distances
-
-
-@pytest.mark.parametrize("context", by_item("5.6").choices["context"])
-def test_slow_pairs_match_the_wavelengths_and_do_not_depend_on_the_last_position(context):
-    for base, head_dim in itertools.product(by_item("5.6").choices["base"], by_item("5.6").choices["head_dim"]):
-        wavelengths = [2 * math.pi * base ** (2 * i / head_dim) for i in range(head_dim // 2)]
-        slow = sum(1 for wavelength in wavelengths if wavelength > context - 1)
-        assert slow == sum(1 for wavelength in wavelengths if wavelength > context)  # L - 1 or L: the same
-        parameters = {"base": base, "head_dim": head_dim, "context": context}
-        assert by_item("5.6").constants(parameters)["EXPECTED"] == [slow]
-
-
 def test_shaw_memory_counts_bytes_of_both_shapes():
     for batch, heads, tokens, head_dim in itertools.product(*by_item("6.4").choices.values()):
         parameters = {"batch": batch, "heads": heads, "tokens": tokens, "head_dim": head_dim}
