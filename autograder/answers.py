@@ -148,7 +148,7 @@ def exact_kind(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class ExactNumber:
-    """An exact number met by a coercion in the kernel, with the name of its entry (``pe_d4_p1[2]``)."""
+    """An exact number met by a coercion in the kernel, with the name of its entry (``pe_d4_at_p[2]``)."""
 
     name: str
     number: Any

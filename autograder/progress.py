@@ -2,13 +2,13 @@
 
 A test cell of ``source/`` wraps its visible checks in :func:`visible_test`::
 
-    with visible_test("2.2", "PE(1) for d = 4", "pe_d4_p1"):
-        assert isinstance(pe_d4_p1, (list, tuple)), "pe_d4_p1 must be a list of numbers"
+    with visible_test("2.2", "PE(p) for d = 4", "pe_d4_at_p"):
+        assert isinstance(pe_d4_at_p, (list, tuple)), "pe_d4_at_p must be a list of numbers"
 
 and the block ends in one of three ways:
 
-- the checks pass: it prints ``✓ 2.2 PE(1) for d = 4: format ok`` (the form only, never the answer's value);
-- a name the item's answer defines (``pe_d4_p1``) is not defined, because the answer cell still holds
+- the checks pass: it prints ``✓ 2.2 PE(p) for d = 4: format ok`` (the form only, never the answer's value);
+- a name the item's answer defines (``pe_d4_at_p``) is not defined, because the answer cell still holds
   nbgrader's stub (a comment, ``# YOUR CODE HERE``) or was never run: it prints ``2.2 not answered yet`` and
   the notebook runs on, so that *Restart & Run All* reaches the end with items still open;
 - a check fails: the error is raised as before, with its message.

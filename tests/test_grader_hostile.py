@@ -97,7 +97,7 @@ def batch(host, tmp_path_factory):
         write_submission(submissions, student, ASSIGNMENT, filled(ASSIGNMENT, solutions(ASSIGNMENT)))
     sinusoidal = copy.deepcopy(released("02_sinusoidal"))
     for cell in sinusoidal.cells:
-        if grade_id(cell) == "pe_d6_p2_answer":
+        if grade_id(cell) == "pe_d6_at_p_answer":
             cell.source = SYMPY_BOMB
     write_submission(submissions, "sympy_bomb", "02_sinusoidal", sinusoidal)
     # A lone surrogate, as JSON writes it (nbformat cannot write one).

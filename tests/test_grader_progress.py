@@ -37,8 +37,8 @@ def test_a_passing_visible_test_prints_exactly_one_line_naming_the_item(capsys):
 
 
 def test_an_undefined_answer_says_not_answered_yet_and_does_not_raise(capsys):
-    with visible_test("2.2", "PE(1) for d = 4", "pe_d4_p1"):
-        assert len(pe_d4_p1) == 4  # noqa: F821 (the answer this test is about is not defined)
+    with visible_test("2.2", "PE(1) for d = 4", "pe_d4_at_p"):
+        assert len(pe_d4_at_p) == 4  # noqa: F821 (the answer this test is about is not defined)
     assert capsys.readouterr().out == "2.2 not answered yet\n"
 
 
@@ -49,8 +49,8 @@ def test_an_earlier_answer_that_is_missing_is_named():
 
 
 def test_a_failing_check_raises_as_before_and_is_recorded_with_its_reason(capsys):
-    with pytest.raises(AssertionError, match="must have 4 entries"), visible_test("2.2", "PE(1)", "pe_d4_p1"):
-        raise AssertionError("pe_d4_p1 must have 4 entries, got 3")
+    with pytest.raises(AssertionError, match="must have 4 entries"), visible_test("2.2", "PE(1)", "pe_d4_at_p"):
+        raise AssertionError("pe_d4_at_p must have 4 entries, got 3")
     assert capsys.readouterr().out == ""
     assert progress._statuses["2.2"].status == progress.FAILED
 
@@ -63,9 +63,9 @@ def test_a_name_error_of_another_name_is_a_failure_not_an_unanswered_item():
 
 def test_in_the_graders_kernel_an_unanswered_item_fails_its_cell(monkeypatch):
     monkeypatch.setenv(progress.GRADING_VARIABLE, "1")
-    message = r"^2\.2 is not answered \(pe_d4_p1 is not defined\)$"
-    with pytest.raises(NotAnswered, match=message), visible_test("2.2", "PE(1) for d = 4", "pe_d4_p1"):
-        pe_d4_p1  # noqa: B018, F821
+    message = r"^2\.2 is not answered \(pe_d4_at_p is not defined\)$"
+    with pytest.raises(NotAnswered, match=message), visible_test("2.2", "PE(1) for d = 4", "pe_d4_at_p"):
+        pe_d4_at_p  # noqa: B018, F821
     assert issubclass(NotAnswered, AssertionError)  # nbgrader counts the cell as failed
 
 

@@ -81,26 +81,26 @@ EXPECTED_SCORES = {
 DEGREES, DOUBLED = "angles were treated as degrees", "exponent is doubled"
 SWAPPED, HALVES = "sin and cos are swapped", "halves layout"
 EXPECTED_FAILURES = {
-    ("degrees", "02_sinusoidal"): {"pe_d4_p1_test": DEGREES, "pe_d6_p2_test": DEGREES, "table_test": DEGREES},
+    ("degrees", "02_sinusoidal"): {"pe_d4_at_p_test": DEGREES, "pe_d6_at_p_test": DEGREES, "table_test": DEGREES},
     ("degrees", "05_rope"): {"rope_test": DEGREES},
     ("doubled", "02_sinusoidal"): {
-        "pe_d4_p1_test": DOUBLED,
-        "pe_d6_p2_test": DOUBLED,
+        "pe_d4_at_p_test": DOUBLED,
+        "pe_d6_at_p_test": DOUBLED,
         "table_test": DOUBLED,
         "first_turn_test": DOUBLED,
     },
     ("doubled", "05_rope"): {"rope_test": DOUBLED},
     ("swapped", "02_sinusoidal"): {
         "pe_d4_p0_test": SWAPPED,
-        "pe_d4_p1_test": SWAPPED,
-        "pe_d6_p2_test": SWAPPED,
+        "pe_d4_at_p_test": SWAPPED,
+        "pe_d6_at_p_test": SWAPPED,
         "table_test": SWAPPED,
     },
     ("swapped", "05_rope"): {"rope_test": SWAPPED},
     ("halves", "02_sinusoidal"): {
         "pe_d4_p0_test": HALVES,
-        "pe_d4_p1_test": HALVES,
-        "pe_d6_p2_test": HALVES,
+        "pe_d4_at_p_test": HALVES,
+        "pe_d6_at_p_test": HALVES,
         "table_test": HALVES,
     },
     ("halves", "05_rope"): {"rope_test": "pairs (i, i + d/2) of the half layout"},
@@ -141,8 +141,8 @@ EXPECTED_FAILURES = {
         item: "is an object of type __main__."
         for item in (
             "pe_d4_p0_test",
-            "pe_d4_p1_test",
-            "pe_d6_p2_test",
+            "pe_d4_at_p_test",
+            "pe_d6_at_p_test",
             "table_test",
             "first_turn_test",
             "planted_bug_test",

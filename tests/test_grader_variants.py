@@ -71,10 +71,10 @@ def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
     base, k = parameters["2.5"]["base"], parameters["2.7"]["distance"]
     d6 = [f"{f}({p3}*10000^(-{i}/3))" for i in range(3) for f in ("sin", "cos")]
     return {
-        "pe_d4_p1_answer": f"pe_d4_p1 = {[round(x, 4) for x in pe(p2, 4)]}",
-        "pe_d6_p2_answer": f"pe_d6_p2 = {d6}",
+        "pe_d4_at_p_answer": f"pe_d4_at_p = {[round(x, 4) for x in pe(p2, 4)]}",
+        "pe_d6_at_p_answer": f"pe_d6_at_p = {d6}",
         "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
-        "dot_answer": f'pe_dot_d6_k10 = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
+        "dot_answer": f'pe_dot_d6_at_k = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
         "planted_bug_answer": f"planted_bug = {diagnosed(parameters['2.6']['submission'])!r}",
     }
 
@@ -377,7 +377,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
     for item, variant in VARIED.items():
         line = f"Your parameters for {item}: {variant.describe(draw(variant, 'ana'))}"
         assert line in outputs["my_parameters"] and outputs[f"parameters_{item.replace('.', '_')}"].strip() == line
-    assert "2.2 not answered yet" in outputs["pe_d4_p1_test"]  # the notebook runs on past unanswered items
+    assert "2.2 not answered yet" in outputs["pe_d4_at_p_test"]  # the notebook runs on past unanswered items
 
 
 # ---------------------------------------------------------------------------------------------------------

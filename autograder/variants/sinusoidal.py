@@ -203,9 +203,9 @@ def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 VARIANTS = (
-    Variant(ASSIGNMENT, "2.2", "pe_d4_p1_test", {"position": (1, 2, 3, 4, 5, 6, 7, 8, 9)},
+    Variant(ASSIGNMENT, "2.2", "pe_d4_at_p_test", {"position": (1, 2, 3, 4, 5, 6, 7, 8, 9)},
             lambda parameters: f"position p = {parameters['position']}", _pe_d4),
-    Variant(ASSIGNMENT, "2.3", "pe_d6_p2_test", {"position": (2, 3, 4, 5, 6, 7, 8, 9)},
+    Variant(ASSIGNMENT, "2.3", "pe_d6_at_p_test", {"position": (2, 3, 4, 5, 6, 7, 8, 9)},
             lambda parameters: f"position p = {parameters['position']}", _pe_d6),
     # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
     # to whole positions is never a matter of the last decimal (a test of the course checks it).

@@ -140,16 +140,16 @@ D6_HALVES = (
 NAMED_MISTAKES = {
     "degrees": {
         "02_sinusoidal": {
-            "pe_d4_p1_answer": "pe_d4_p1 = [0.02, 1.0, 0.0, 1.0]  # sin(1 degree), cos(1 degree), ...",
-            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_DEGREES}",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.02, 1.0, 0.0, 1.0]  # sin(1 degree), cos(1 degree), ...",
+            "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_DEGREES}",
             "table_answer": table_variant(degrees=True),
         },
         "05_rope": {"rope_answer": rope_variant(degrees=True)},
     },
     "doubled": {
         "02_sinusoidal": {
-            "pe_d4_p1_answer": "pe_d4_p1 = [0.84, 0.54, 0.0, 1.0]",
-            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_DOUBLED}",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.84, 0.54, 0.0, 1.0]",
+            "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_DOUBLED}",
             "table_answer": table_variant(exponent=4),
             "first_turn_answer": "first_full_turn = [7, 63, 629, 6284, 62832, 628319, 6283186, 62831854]",
         },
@@ -158,8 +158,8 @@ NAMED_MISTAKES = {
     "swapped": {
         "02_sinusoidal": {
             "pe_d4_p0_answer": "pe_d4_p0 = [1, 0, 1, 0]",
-            "pe_d4_p1_answer": "pe_d4_p1 = [0.54, 0.84, 1.0, 0.01]",
-            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_SWAPPED}",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.54, 0.84, 1.0, 0.01]",
+            "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_SWAPPED}",
             "table_answer": table_variant(swap=True),
         },
         "05_rope": {"rope_answer": rope_variant(swap=True)},
@@ -167,8 +167,8 @@ NAMED_MISTAKES = {
     "halves": {
         "02_sinusoidal": {
             "pe_d4_p0_answer": "pe_d4_p0 = [0, 0, 1, 1]",
-            "pe_d4_p1_answer": "pe_d4_p1 = [0.84, 0.01, 0.54, 1.0]",
-            "pe_d6_p2_answer": f"pe_d6_p2 = {D6_HALVES}",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.84, 0.01, 0.54, 1.0]",
+            "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_HALVES}",
             "table_answer": table_variant(halves=True),
         },
         "05_rope": {"rope_answer": rope_variant(halves=True)},
@@ -309,8 +309,8 @@ class AnyList(list):
 CHEATS = {
     "02_sinusoidal": {
         "pe_d4_p0_answer": CHEAT_PRELUDE + "\npe_d4_p0 = [AlwaysEqual(0.5)] * 4",
-        "pe_d4_p1_answer": "pe_d4_p1 = [AlwaysEqual(0.5)] * 4",
-        "pe_d6_p2_answer": 'pe_d6_p2 = [AnyText("sin(1)")] * 6',
+        "pe_d4_at_p_answer": "pe_d4_at_p = [AlwaysEqual(0.5)] * 4",
+        "pe_d6_at_p_answer": 'pe_d6_at_p = [AnyText("sin(1)")] * 6',
         "table_answer": """
 class AgreeableTensor(torch.Tensor):
     def __eq__(self, other): return True
@@ -323,7 +323,7 @@ def sinusoidal_table(length, d, base=10000.0):
 """,
         "first_turn_answer": "first_full_turn = AnyList([7] * 8)",
         "planted_bug_answer": 'planted_bug = AnyText("A")',
-        "dot_answer": 'pe_dot_d6_k10 = AnyText("cos(10)")',
+        "dot_answer": 'pe_dot_d6_at_k = AnyText("cos(10)")',
         "quiz_formula_answer": 'quiz_formula = AnyText("A")',
         "quiz_frequencies_answer": 'quiz_frequencies = AnyText("A")',
         "quiz_combining_answer": 'quiz_combining = AnyText("B")',

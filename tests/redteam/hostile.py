@@ -130,6 +130,6 @@ KERNEL_ATTACKS: dict[str, str] = {
         """,
 }
 
-# Twelve nested sines for each of the six entries of exercise 2.3 (02_sinusoidal, pe_d6_p2_answer).
+# Twelve nested sines for each of the six entries of exercise 2.3 (02_sinusoidal, pe_d6_at_p_answer).
 NESTED_SINES = "sin(" * 12 + "1" + ")" * 12
-SYMPY_BOMB = f"pe_d6_p2 = [{NESTED_SINES!r}] * 6"
+SYMPY_BOMB = f"pe_d6_at_p = [{NESTED_SINES!r}] * 6"
