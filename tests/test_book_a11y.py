@@ -61,6 +61,9 @@ def _open(context: Any, site_url: str, page: str, *, color_scheme: str = "light"
     if viewport:
         tab.set_viewport_size(viewport)
     tab.goto(site_url + page, wait_until="load")
+    # The theme fades colours in when it switches to dark mode; axe judges the colours at rest, not mid-fade
+    # (on a busy machine it once caught the search button's text halfway).
+    tab.add_style_tag(content="*, *::before, *::after { transition: none !important; animation: none !important; }")
     tab.evaluate(book.WAIT_FOR_TYPESETTING)
     tab.wait_for_function("() => Array.from(document.images).every(image => image.complete)", timeout=15_000)
     return tab
