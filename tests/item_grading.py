@@ -41,6 +41,11 @@ def hidden_constants(assignment: str, test_id: str) -> dict[str, Any]:
     return constants
 
 
+def parameter_cells(cells: dict[str, str]) -> tuple[str, ...]:
+    """The cells that define ``my_parameters`` (with an empty STUDENT_ID: the one answer key's), if any."""
+    return ("student_id", "my_parameters") if "my_parameters" in cells else ()
+
+
 def grade_item(monkeypatch, assignment: str, test_id: str, answer: str | None = None, *,
                values: dict[str, Any] | None = None, setup: tuple[str, ...] = ()) -> tuple[bool, str]:
     """The verdict ``(passed, message)`` of test cell ``test_id`` on an answer given as the source of an answer
@@ -55,8 +60,7 @@ def grade_item(monkeypatch, assignment: str, test_id: str, answer: str | None = 
 
     monkeypatch.setattr("IPython.display.display", display)
     namespace: dict[str, Any] = {}
-    parameters = ("student_id", "my_parameters") if "my_parameters" in cells else ()  # the one answer key's
-    for grade_id in ("imports", *parameters, *setup):
+    for grade_id in ("imports", *parameter_cells(cells), *setup):
         exec(cells[grade_id], namespace)  # noqa: S102 (source/: trusted)
     if answer is not None:
         exec(answer, namespace)  # noqa: S102 (answers written in the tests)

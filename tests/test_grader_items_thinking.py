@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
-from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, source_cells
+from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, parameter_cells, source_cells
 
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -20,8 +20,7 @@ def solution_namespace(assignment: str, answer_id: str, *, before: tuple[str, ..
     sources = source_cells(assignment)
     namespace: dict = {}
     body = [line for line in sources[answer_id].splitlines() if line.strip() not in SOLUTION_MARKERS]
-    parameters = ("student_id", "my_parameters") if "my_parameters" in sources else ()  # the one answer key's
-    for source in (sources["imports"], *(sources[cell] for cell in (*parameters, *before)), "\n".join(body)):
+    for source in (sources["imports"], *(sources[cell] for cell in (*parameter_cells(sources), *before)), "\n".join(body)):
         exec(compile(source, answer_id, "exec"), namespace)  # noqa: S102 (source/ is trusted)
     return namespace
 

@@ -123,6 +123,17 @@ def parameters_for(assignment: str, student_id: str, *, enabled: bool) -> dict[s
     }
 
 
+def distinct_mistakes(right: Any, mistakes: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The ``(why, answer)`` mistakes whose answer is neither the right one for these parameters (that is no
+    mistake) nor the answer of a mistake listed before."""
+    kept, seen = [], [right]
+    for why, wrong in mistakes:
+        if wrong not in seen:
+            kept.append((why, wrong))
+            seen.append(wrong)
+    return kept
+
+
 def _literal(value: Any) -> str:
     """Python source that evaluates to ``value`` (numbers, strings, lists, tuples), exactly."""
     if type(value) is float:

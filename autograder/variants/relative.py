@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from autograder.variants import Variant
+from autograder.variants import Variant, distinct_mistakes
 
 ASSIGNMENT = "04_relative"
 DEFAULT_BUCKETS, DEFAULT_MAX_DISTANCE = 32, 128  # T5's defaults, a mistake students make
@@ -62,18 +62,7 @@ def _last_bucket(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ("this is the number of the last bucket, not the distance at which it begins", buckets // 2 - 1),
         ("this is the number of the last bucket of the keys after the query, not a distance", buckets - 1),
     ]
-    return {"EXPECTED": [start], "MISTAKES": _distinct([start], [(why, [wrong]) for why, wrong in mistakes])}
-
-
-def _distinct(right: list[int], mistakes: list[tuple[str, list[int]]]) -> list[tuple[str, list[int]]]:
-    """The mistakes whose answer is neither the right one for these parameters (that is no mistake) nor the
-    answer of a mistake listed before."""
-    kept, seen = [], [right]
-    for why, wrong in mistakes:
-        if wrong not in seen:
-            kept.append((why, wrong))
-            seen.append(wrong)
-    return kept
+    return {"EXPECTED": [start], "MISTAKES": distinct_mistakes([start], [(why, [wrong]) for why, wrong in mistakes])}
 
 
 def hiding_distance(lead: float, slope: float) -> int:
@@ -98,7 +87,7 @@ def _alibi_hiding(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ((f"these are the slopes of {DEFAULT_HEADS} heads (head 1: 1/2); with {heads} heads head h has the slope "
           f"2**(-8h/{heads})"), [hiding_distance(lead, eight[0]), hiding_distance(lead, eight[-1])]),
     ]
-    return {"EXPECTED": [first, last], "MISTAKES": _distinct([first, last], mistakes)}
+    return {"EXPECTED": [first, last], "MISTAKES": distinct_mistakes([first, last], mistakes)}
 
 
 VARIANTS = (

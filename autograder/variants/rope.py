@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from autograder.variants import Variant
+from autograder.variants import Variant, distinct_mistakes
 
 ASSIGNMENT = "05_rope"
 LLAMA3 = (500_000, 128, 8192)  # base, head dimension, context: the question's example, a mistake students make
@@ -48,12 +48,7 @@ def _slow_pairs(parameters: Mapping[str, Any]) -> dict[str, Any]:
         (("this is Llama 3's count (base 500,000, d = 128, L = 8192), the example of the question; use your base, "
           "head size and length"), slow_pairs(*LLAMA3)),
     ]
-    kept, seen = [], {right}  # a mistake that is the right answer for these parameters is no mistake
-    for why, wrong in mistakes:
-        if wrong not in seen:
-            kept.append((why, [wrong]))
-            seen.add(wrong)
-    return {"EXPECTED": [right], "MISTAKES": kept}
+    return {"EXPECTED": [right], "MISTAKES": distinct_mistakes([right], [(why, [wrong]) for why, wrong in mistakes])}
 
 
 VARIANTS = (
