@@ -2,7 +2,7 @@ r"""``python -m posenc_ref.bench``: the fast attention paths against the referen
 
 Usage::
 
-    python -m posenc_ref.bench [--device cpu|cuda] [--quick] [--json FILE] [--results FILE]
+    python -m posenc_ref.bench [--device cpu|cuda] [--quick] [--runs N] [--json FILE] [--results FILE]
 
 Every case runs the reference (:func:`posenc_ref.attention.reference_attention`, which materializes every
 bias and relative tensor), the fast path (:func:`posenc_ref.fast.fast_attention`, ``implementation="auto"``)
@@ -10,8 +10,10 @@ and a baseline without positions (``sdpa_nopos``: ``scaled_dot_product_attention
 inputs, in the same process. The timed calls take turns (fast, baseline, reference, fast, baseline, ...),
 so that a load that comes and goes on a shared machine weighs on every backend alike; ratios (speedup,
 memory) are therefore measured under the same conditions, and absolute times are noisy where ratios are
-much less so. ``--results FILE`` writes the records with the date, the machine (CPU model, cores, threads,
-GPU), the torch version and the command line.
+much less so. ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
+range of each target's ratio over the runs, as a Markdown table, and in how many runs it was met.
+``--results FILE`` writes the records of every run with the date, the machine (CPU model, cores, threads,
+GPU), the load average before and after, the torch version, the command line and the wall time.
 
 What is measured
 ----------------
@@ -371,6 +373,13 @@ def format_targets(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def load_average() -> float | None:
+    """The one-minute load average (runnable threads, this process's included), None where unknown."""
+    with contextlib.suppress(OSError, AttributeError):
+        return round(os.getloadavg()[0], 2)
+    return None
+
+
 def machine_description(device: torch.device) -> dict:
     """The date, the machine and the software a run was measured on."""
     cpu_model = platform.processor() or platform.machine()
@@ -399,15 +408,47 @@ def run(device: torch.device, quick: bool) -> list[dict]:
     return records
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def summarize_runs(runs: list[list[dict]]) -> list[dict]:
+    """Per target of every fast record: its values over the runs, their median, low and high, the target
+    and how many runs met it. Runs are matched by (variant, length, backend)."""
+    rows = []
+    for record in runs[0]:
+        for name, target in record.get("targets", {}).items():
+            key = (record["variant"], record["length"], record["backend"])
+            values = [next(other[name] for other in run if (other["variant"], other["length"], other["backend"]) == key)
+                      for run in runs]
+            rows.append({"variant": record["variant"], "length": record["length"], "metric": name,
+                         "values": values, "median": statistics.median(values), "low": min(values),
+                         "high": max(values), "target": target, "at_most": name in AT_MOST,
+                         "met_runs": sum(target_met(name, value, target) for value in values)})
+    return rows
+
+
+def format_summary(rows: list[dict], runs: int) -> str:
+    """The summary as a Markdown table: median (low to high) of each target's ratio over the runs."""
+    lines = [f"| kind | L | ratio | median of {runs} (low to high) | target | met in |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        bound = "<=" if row["at_most"] else ">="
+        lines.append(f"| {row['variant']} | {row['length']} | {row['metric']} | {_format(row['median'])} "
+                     f"({_format(row['low'])} to {_format(row['high'])}) | {bound} {row['target']} | "
+                     f"{row['met_runs']} of {runs} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[list[dict]]:
     parser = argparse.ArgumentParser(prog="python -m posenc_ref.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (same lengths)")
-    parser.add_argument("--json", metavar="FILE", help="write the records as a JSON list")
+    parser.add_argument("--runs", type=int, default=1, metavar="N",
+                        help="repeat the whole measurement N times (>= 1) and summarize the targets over the runs")
+    parser.add_argument("--json", metavar="FILE", help="write the records of every run as a JSON list of lists")
     parser.add_argument("--results", metavar="FILE",
-                        help="write {machine, records} as JSON: the date, CPU, cores, torch and command with them")
+                        help="write {machine, runs} as JSON: the date, CPU, cores, load, torch, command and wall "
+                             "time with the records of every run")
     arguments = parser.parse_args(argv)
+    if arguments.runs < 1:
+        parser.error(f"--runs must be >= 1, got {arguments.runs}")
     name = arguments.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -416,21 +457,34 @@ def main(argv: list[str] | None = None) -> list[dict]:
           f"threads {torch.get_num_threads()}")
     for position, path in fast_path_report(device).items():
         print(f"  {position:>5}: {path}")
-    records = run(device, arguments.quick)
-    print()
-    print(format_table(records))
-    print()
-    print(format_targets(records))
+    machine = machine_description(device)
+    machine["load_average_before"] = load_average()
+    began = time.perf_counter()
+    runs = []
+    for run_index in range(arguments.runs):
+        if arguments.runs > 1:
+            print(f"\nrun {run_index + 1} of {arguments.runs}", flush=True)
+        records = run(device, arguments.quick)
+        runs.append(records)
+        print()
+        print(format_table(records))
+        print()
+        print(format_targets(records))
+    machine["wall_s"] = round(time.perf_counter() - began, 1)
+    machine["load_average_after"] = load_average()
+    if arguments.runs > 1:
+        print()
+        print(format_summary(summarize_runs(runs), arguments.runs))
     if arguments.json:
         with open(arguments.json, "w") as file:
-            json.dump(records, file, indent=1)
+            json.dump(runs, file, indent=1)
         print(f"wrote {arguments.json}")
     if arguments.results:
         with open(arguments.results, "w") as file:
-            json.dump({"machine": machine_description(device), "records": records}, file, indent=1)
+            json.dump({"machine": machine, "runs": runs}, file, indent=1)
             file.write("\n")
         print(f"wrote {arguments.results}")
-    return records
+    return runs
 
 
 if __name__ == "__main__":

@@ -130,4 +130,31 @@ def test_results_file_holds_the_machine_the_command_and_the_records(tmp_path, mo
     assert {"date", "cpu", "cpu_cores", "torch_threads", "torch", "command"} <= set(machine)
     assert machine["torch"] == torch.__version__ and machine["cpu_cores"] >= 1
     assert machine["command"] == "python -m posenc_ref.bench --device cpu --quick"
-    assert [record["backend"] for record in written["records"]] == ["reference", "fast", "sdpa_nopos"]
+    assert [record["backend"] for record in written["runs"][0]] == ["reference", "fast", "sdpa_nopos"]
+    assert len(written["runs"]) == 1 and machine["wall_s"] >= 0
+    assert {"load_average_before", "load_average_after"} <= set(machine)
+
+
+def test_runs_are_repeated_and_summarized_by_median_and_range(tmp_path, monkeypatch, capsys):
+    fast_times = iter([[300.0, 300.0], [250.0, 250.0], [500.0, 500.0]])  # 0.33x, 0.40x, 0.20x of 100 ms
+
+    def one_run(device, quick):
+        records = _synthetic_records(next(fast_times), [100.0, 100.0])
+        bench._add_ratios(records, bench.Case("shaw", 2048, 8, 64, torch.float32, target_vs_baseline=0.3))
+        return records
+
+    monkeypatch.setattr(bench, "run", one_run)
+    path = tmp_path / "results.json"
+    runs = bench.main(["--device", "cpu", "--runs", "3", "--results", str(path)])
+    assert len(runs) == 3 and len(json.loads(path.read_text())["runs"]) == 3
+    (row,) = bench.summarize_runs(runs)
+    assert row["values"] == pytest.approx([1 / 3, 0.4, 0.2])
+    assert (row["median"], row["low"], row["high"]) == pytest.approx((1 / 3, 0.2, 0.4))
+    assert row["met_runs"] == 2, "0.33x and 0.40x meet 0.3x, 0.20x does not"
+    assert "| shaw | 2048 | speed_vs_sdpa_nopos | 0.33 (0.20 to 0.40) | >= 0.3 | 2 of 3 |" in capsys.readouterr().out
+
+
+def test_runs_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--runs", "0"])
+    assert "--runs must be >= 1, got 0" in capsys.readouterr().err
