@@ -23,16 +23,22 @@ is below :math:`e^{-40}` of the row's largest (from the norms of q and k; :math:
 dropped, for slopes that are not positive or tiny, and for float64 inputs). The two parts merge exactly by their log-sum-exps,
 :math:`\text{out} = \text{out}_s + \sigma(L_w - L_s)(\text{out}_w - \text{out}_s)`.
 
-Heads in a run of equal :math:`W_h` share a call; the blocks whose window lies inside the keys read it
+Each (batch, head) is a task of its own. With at least :data:`TASKS_PER_THREAD` tasks per thread, each task
+runs on one CPU thread, the tasks spread over the caller's threads, widest window first
+(:func:`posenc_ref.fast.threads.each_on_one_thread`): a head's few kernel calls and merges never wait for
+another thread. With fewer tasks (a machine with many cores) they run in turn, each kernel call on every
+thread and the small passes on one (:func:`posenc_ref.fast.threads.serial_unless_large`). Within a head, the blocks whose window lies inside the keys read it
 through one strided view of k and v, the first blocks (window cut at key 0) go one by one. Causal only, CPU,
 no autograd (the kernel's log-sum-exp has no gradient); 16-bit inputs are computed in float32. Working
-memory: the output, one call's output and log-sum-exp, and the square templates, kept for the next call
-(16 MiB at most each, :data:`TEMPLATE_ELEMENTS`); never (q_len, k_len).
+memory: the output, each running task's call outputs and log-sum-exps (about two (q_len, head_dim) each),
+and the square templates, one per slope and block, kept for the next call (:data:`MAX_BLOCK` squared
+elements at most each: 4 MiB in float32); never (q_len, k_len).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import torch
@@ -40,10 +46,10 @@ import torch
 from posenc_ref.fast.banded import flash_with_logsumexp
 from posenc_ref.fast.flex import alibi_keep_radius
 from posenc_ref.fast.offset_bias import bias_compute_dtype
-from posenc_ref.fast.threads import kernel_threads, serial_unless_large
+from posenc_ref.fast.threads import each_on_one_thread, kernel_threads, serial_unless_large
 
-MIN_BLOCK, MAX_BLOCK = 64, 1024  # query rows per block (see block_for_width)
-TEMPLATE_ELEMENTS = 1 << 22  # a run's (heads, block, block) square template: 16 MiB in float32 at most
+MIN_BLOCK, MAX_BLOCK = 64, 1024  # query rows per block (see block_for_width); a template: 4 MiB in float32
+TASKS_PER_THREAD = 2  # (batch, head) tasks per thread from which each task runs on one thread, largest first
 
 
 def _blocks(x: torch.Tensor, first: int, count: int, width: int, step: int) -> torch.Tensor:
@@ -64,56 +70,42 @@ def _window_widths(q: torch.Tensor, k: torch.Tensor, slopes: torch.Tensor, scale
     return [k_len if not math.isfinite(r) else min(k_len, max(1, math.ceil(r))) for r in radius.tolist()]
 
 
-def _head_runs(widths: list[int]) -> list[tuple[int, int, int]]:
-    """(first head, stop head, W) for each run of consecutive heads with the same window width."""
-    runs, start = [], 0
-    for h in range(1, len(widths) + 1):
-        if h == len(widths) or widths[h] != widths[start]:
-            runs.append((start, h, widths[start]))
-            start = h
-    return runs
-
-
 def _kernel(q, k, v, *, scale, mask, diagonal=False):
-    with kernel_threads():
+    with kernel_threads():  # inside serial_unless_large: every thread; in a task of each_on_one_thread: one
         return flash_with_logsumexp(q, k, v, scale=scale, mask=mask, diagonal=diagonal)
 
 
-def block_for_width(width: int, heads: int) -> int:
-    """Query rows per block for ``heads`` heads of window width W: about W / 4 (a power of two, 64 to 1024),
-    so that a few blocks have their window cut at key 0 (a call each) and the squares stay a small part of
-    the work; smaller where the run's square template would pass TEMPLATE_ELEMENTS."""
-    block = min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(width, 1) / 4)))))
-    while block > MIN_BLOCK and heads * block * block > TEMPLATE_ELEMENTS:
-        block //= 2
-    return block
+def block_for_width(width: int) -> int:
+    """Query rows per block for a window of width W: about W / 4 (a power of two, 64 to 1024), so that a few
+    blocks have their window cut at key 0 (a call each) and the squares stay a small part of the work."""
+    return min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(width, 1) / 4)))))
 
 
-@functools.lru_cache(maxsize=8)
-def _square_template(slopes: tuple[float, ...], block: int, dtype: torch.dtype) -> torch.Tensor:
-    """(1, heads, block, block): -m_h (t - c) for column c <= row t, -inf above the diagonal. Kept per slope
-    values and block: building one of 1024 x 1024 per head takes longer than its kernel call saves."""
+@functools.lru_cache(maxsize=32)
+def _square_template(slope: float, block: int, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, block, block): -m (t - c) for column c <= row t, -inf above the diagonal. Kept per slope value
+    and block: building one of 1024 x 1024 takes longer than its kernel call saves."""
     rows = torch.arange(block)  # (block,)
     distance = (rows[:, None] - rows[None, :]).to(dtype)  # (block, block)
-    template = -torch.tensor(slopes, dtype=dtype)[:, None, None] * distance  # (heads, block, block)
-    return template.masked_fill_(distance < 0, float("-inf"))[None]
+    template = -slope * distance  # (block, block)
+    return template.masked_fill_(distance < 0, float("-inf"))[None, None]
 
 
-def _run_of_heads(q, k, v, slopes, out, *, width: int, scale: float, offset: int, block: int) -> None:
-    """Heads with one window width W: q (run, q_len, d), k and v (run, k_len, d), slopes (run,); writes
-    the result into out (run, q_len, d)."""
+def _one_head(q, k, v, slopes, out, *, width: int, scale: float, offset: int, block: int) -> None:
+    """One head, window width W: q (1, q_len, d), k and v (1, k_len, d), slopes (1,); writes the result
+    into out (1, q_len, d)."""
     heads, q_len, _ = q.shape
     k_len = k.shape[1]
     starts = list(range(0, q_len, block))
     # the squares: the complete ones (a prefix of the blocks) stacked in one call, the others one by one
-    template = _square_template(tuple(slopes.tolist()), block, q.dtype)  # (1, run, block, block)
+    template = _square_template(slopes.item(), block, q.dtype)  # (1, 1, block, block)
     complete = [s for s in starts if s + block <= q_len and offset + s + block <= k_len]
     square_lse = q.new_full((heads, q_len), float("-inf"))  # rows with no key in a square keep -inf: weight 0
     if complete:
         count = len(complete)
         square_out, lse = _kernel(_blocks(q, 0, count, block, block), _blocks(k, offset, count, block, block),
                                   _blocks(v, offset, count, block, block), scale=scale, mask=template,
-                                  diagonal=True)  # (count, run, block, d), (count, run, block)
+                                  diagonal=True)  # (count, 1, block, d), (count, 1, block)
         out[:, :count * block] = square_out.transpose(0, 1).flatten(1, 2)
         square_lse[:, :count * block] = lse.transpose(0, 1).flatten(1, 2)
     for s in starts[len(complete):]:
@@ -142,12 +134,12 @@ def _run_of_heads(q, k, v, slopes, out, *, width: int, scale: float, offset: int
         parts.append((s, stop - s, _kernel(q[None, :, s:stop], k[None, :, low:anchor], v[None, :, low:anchor],
                                            scale=scale, mask=key_term[..., width - (anchor - low):])))
     for s, length, (window_out, window_lse) in parts:
-        window_out = window_out.transpose(0, 1).flatten(1, 2)  # (run, length, d)
+        window_out = window_out.transpose(0, 1).flatten(1, 2)  # (1, length, d)
         row = torch.arange(s, s + length, device=q.device)  # (length,) query rows i
         anchor = torch.clamp(offset + row - row % block, max=k_len)  # a of each row's block
         # the per-row term -m (p - a), then the merge with the square
         window_lse = window_lse.transpose(0, 1).flatten(1, 2) - slopes[:, None] * (offset + row - anchor).to(q.dtype)
-        weight = torch.sigmoid(window_lse - square_lse[:, s:s + length])  # (run, length)
+        weight = torch.sigmoid(window_lse - square_lse[:, s:s + length])  # (1, length)
         out[:, s:s + length].lerp_(window_out, weight[..., None])
 
 
@@ -159,7 +151,7 @@ def alibi_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sl
         q: (batch, heads, q_len, head_dim); k, v: (batch, heads, k_len, head_dim); CPU, any float dtype.
         slopes: (heads,) m_h, validated (see :mod:`posenc_ref.fast.params`).
         scale: s > 0, multiplies q . k only. offset: position of query 0, >= 0.
-        block: query rows per block, >= 1; None chooses it per run of heads (:func:`block_for_width`).
+        block: query rows per block, >= 1; None chooses it per head (:func:`block_for_width`).
 
     Returns:
         (batch, heads, q_len, head_dim) in q's dtype.
@@ -178,10 +170,21 @@ def alibi_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sl
                          "inputs require grad. Use implementation='auto' or run under torch.no_grad()")
     dtype, compute = q.dtype, bias_compute_dtype(q.dtype)
     q, k, v, slopes = q.to(compute), k.to(compute), v.to(compute), slopes.to(compute)
-    with serial_unless_large(q.device, q[0].numel()):  # masks, merges: one thread (the kernels on all)
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (batch, heads, q_len, head_dim)
-        for h0, h1, width in _head_runs(_window_widths(q, k, slopes, scale)):
-            for b in range(q.shape[0]):
-                _run_of_heads(q[b, h0:h1], k[b, h0:h1], v[b, h0:h1], slopes[h0:h1], out[b, h0:h1], width=width,
-                              scale=scale, offset=offset, block=block or block_for_width(width, h1 - h0))
+    with serial_unless_large(q.device, q.numel()):  # the norms: small passes, one thread
+        widths = _window_widths(q, k, slopes, scale)  # W_h
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (batch, heads, q_len, head_dim)
+
+    def one_head(task: tuple[int, int]) -> None:
+        b, h = task
+        _one_head(q[b, h:h + 1], k[b, h:h + 1], v[b, h:h + 1], slopes[h:h + 1], out[b, h:h + 1], width=widths[h],
+                  scale=scale, offset=offset, block=block or block_for_width(widths[h]))
+
+    heads = itertools.product(range(q.shape[0]), range(q.shape[1]))  # (batch index, head)
+    tasks = sorted(heads, key=lambda task: -widths[task[1]])  # widest window first
+    if len(tasks) >= TASKS_PER_THREAD * torch.get_num_threads():
+        each_on_one_thread(one_head, tasks)
+    else:
+        with serial_unless_large(q.device, q[0].numel()):  # masks, merges: one thread (the kernels on all)
+            for task in tasks:
+                one_head(task)
     return out.to(dtype)

@@ -13,13 +13,19 @@ after), unless they are large enough to share: ``elements`` above :data:`SERIAL_
 on one thread costs about as much as a wake. :func:`kernel_threads` gives a large kernel called inside
 that block the threads it had before. ``torch.set_num_threads`` is process-wide: another Python thread
 running torch operations at the same time sees the change too (a slower result, never a different one).
+
+:func:`each_on_one_thread` goes further for work that splits into independent tasks (the heads of causal
+ALiBi's window path): the tasks spread over the caller's threads, each task on one thread from its first
+pass to its last. Instead of a wake and a wait at every pass of every task, the threads meet once, at the
+end; on a busy CPU they then share what the other work leaves, instead of waiting for each other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -66,3 +72,33 @@ def kernel_threads() -> Iterator[None]:
         return
     with torch_threads(outside):
         yield
+
+
+def each_on_one_thread(work: Callable[[object], None], tasks: Iterable[object]) -> None:
+    """``work(task)`` for every task, over as many Python threads as the caller has torch threads (at most one
+    per task), each running torch on one thread; the tasks start in the given order (largest first balances
+    the threads). Returns when every task has finished; the first error of a task is raised.
+
+    The workers' ``torch.set_num_threads(1)`` sets their own OpenMP count and the process-wide defaults;
+    the caller's count is set again after them, restoring those defaults.
+    """
+    tasks = list(tasks)
+    caller_threads = torch.get_num_threads()
+    workers = min(caller_threads, len(tasks))
+    if workers <= 1:
+        with torch_threads(1):
+            for task in tasks:
+                work(task)
+        return
+
+    def on_one_thread(task: object) -> None:
+        torch.set_num_threads(1)
+        work(task)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="posenc_ref")
+    try:
+        for future in [pool.submit(on_one_thread, task) for task in tasks]:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after an error: the tasks not started never start
+        torch.set_num_threads(caller_threads)
