@@ -48,9 +48,10 @@ Working memory: the output, the tails' outputs and the bands' logits, (batch, he
 at most; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
 runs without autograd, on CPU; 16-bit inputs are computed in float32.
 
-Threads: the tails' kernels run on every thread; the band's passes and the merges, a few MiB each, run on
-one (:func:`posenc_ref.fast.threads.serial_unless_large`), because on a busy CPU a parallel pass waits
-longer for the pool's other threads than it works.
+Threads: the kernels (the tails', and the band's of ALiBi and T5, which for T5 is about a sixth of the
+time at L = 4096) run on every thread; Shaw's band passes and the merges, a few MiB each, run on one
+(:func:`posenc_ref.fast.threads.serial_unless_large`), because on a busy CPU a parallel pass waits longer
+for the pool's other threads than it works.
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ class OffsetBiasBand:
         mask = self.template[None, :, :rows, first_column:first_column + keys]  # (1, heads, rows, keys)
         # ALiBi's causal band is the block's diagonal square: the kernel can skip the tiles above it
         square = self.causal and not self.constant_tails and first_column == 0 and rows == keys
-        return flash_with_logsumexp(q_block, k_band, v_band, scale=self.scale, mask=mask, diagonal=square)
+        with kernel_threads():
+            return flash_with_logsumexp(q_block, k_band, v_band, scale=self.scale, mask=mask, diagonal=square)
 
 
 def offset_bias_band(position: str, params: dict[str, Any], *, scale: float, causal: bool, block: int,
