@@ -7,10 +7,12 @@ Usage::
 Every case runs the reference (:func:`posenc_ref.attention.reference_attention`, which materializes every
 bias and relative tensor), the fast path (:func:`posenc_ref.fast.fast_attention`, ``implementation="auto"``)
 and a baseline without positions (``sdpa_nopos``: ``scaled_dot_product_attention``, causal) on the same
-inputs, in the same process. The timed calls take turns (fast, baseline, reference, fast, baseline, ...),
-so that a load that comes and goes on a shared machine weighs on every backend alike; ratios (speedup,
-memory) are therefore measured under the same conditions, and absolute times are noisy where ratios are
-much less so. ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
+inputs, in the same process. The fast path and the baseline take turns (fast, baseline, fast, ...), so
+that a load that comes and goes on a shared machine weighs on both alike; their ratio is therefore measured
+under the same conditions, and absolute times are noisy where ratios are much less so. The reference is
+timed after them: at these sizes it allocates up to 10 GiB, and while the system takes those pages back
+after it, the next call of any backend ran up to 10x slower (measured on a 2-core VM: Shaw's fast path,
+471 ms against 42 to 69 ms). ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
 range of each target's ratio over the runs, as a Markdown table, and in how many runs it was met.
 ``--results FILE`` writes the records of every run with the date, the machine (CPU model, cores, threads,
 GPU), the load average before and after, the torch version, the command line and the wall time.
@@ -239,8 +241,10 @@ def run_attention_case(case: Case, device: torch.device, repeats: dict[str, int]
                 call()  # warm-up: compiles FlexAttention for this shape; the reference needs none
             peaks[backend] = peak_mib(call, device)  # for the reference this call is also its warm-up
             synchronize(device)
-        counts = {backend: repeats["reference" if backend == "reference" else "fast"] for backend in calls}
-        times = time_in_turns(calls, device, counts)
+        in_turns = {backend: call for backend, call in calls.items() if backend != "reference"}
+        times = time_in_turns(in_turns, device, {backend: repeats["fast"] for backend in in_turns})
+        if with_reference:  # after the others: the GiBs it frees are reclaimed for a while, slowing the next call
+            times["reference"] = time_ms(calls["reference"], device, repeats["reference"])
     records = [_record(case, backend, device, times[backend], peaks[backend]) for backend in calls]
     _add_ratios(records, case)
     return records

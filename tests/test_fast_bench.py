@@ -158,3 +158,21 @@ def test_runs_below_one_are_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--device", "cpu", "--runs", "0"])
     assert "--runs must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_reference_is_timed_after_the_fast_path_and_the_baseline_took_turns(monkeypatch):
+    order = []
+
+    def spy(name, real):
+        def call(*arguments, **options):
+            order.append(name)
+            return real(*arguments, **options)
+        return call
+
+    monkeypatch.setattr(bench, "fast_attention", spy("fast", bench.fast_attention))
+    monkeypatch.setattr(bench, "reference_attention", spy("reference", bench.reference_attention))
+    monkeypatch.setattr(bench.F, "scaled_dot_product_attention", spy("sdpa_nopos", bench.F.scaled_dot_product_attention))
+    monkeypatch.setattr(bench, "peak_mib", lambda call, device: 1.0)  # no profiled calls in the order
+    bench.run_attention_case(bench.Case("t5", 32, 2, 8, torch.float32), torch.device("cpu"), {"reference": 2, "fast": 3})
+    timed = order[-8:]  # after the warm-up calls: 3 turns, then the reference twice
+    assert timed == ["fast", "sdpa_nopos"] * 3 + ["reference"] * 2, order
