@@ -10,9 +10,9 @@ and a baseline without positions (``sdpa_nopos``: ``scaled_dot_product_attention
 inputs, in the same process. The fast path and the baseline take turns (fast, baseline, fast, ...), so
 that a load that comes and goes on a shared machine weighs on both alike; their ratio is therefore measured
 under the same conditions, and absolute times are noisy where ratios are much less so. The reference is
-timed after them: at these sizes it allocates up to 10 GiB, and while the system takes those pages back
-after it, the next call of any backend ran up to 10x slower (measured on a 2-core VM: Shaw's fast path,
-471 ms against 42 to 69 ms). ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
+measured last, after them: at these sizes it allocates up to 10 GiB, and while the system takes those pages
+back, for a second or so after, other calls ran up to 10x slower (measured on a 2-core VM: Shaw's fast
+path, 471 ms against 42 to 69 ms right after it, and 74 ms against 41 a second later). ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
 range of each target's ratio over the runs, as a Markdown table, and in how many runs it was met.
 ``--results FILE`` writes the records of every run with the date, the machine (CPU model, cores, threads,
 GPU), the load average before and after, the torch version, the command line and the wall time.
@@ -235,15 +235,15 @@ def run_attention_case(case: Case, device: torch.device, repeats: dict[str, int]
         calls = {"reference": lambda: reference_attention(q, k, v, position=case.variant, causal=True, **params),
                  **calls}
     peaks = {}
+    in_turns = {backend: call for backend, call in calls.items() if backend != "reference"}
     with torch.no_grad():
-        for backend, call in calls.items():
-            if backend != "reference":
-                call()  # warm-up: compiles FlexAttention for this shape; the reference needs none
-            peaks[backend] = peak_mib(call, device)  # for the reference this call is also its warm-up
+        for backend, call in in_turns.items():
+            call()  # warm-up: compiles FlexAttention for this shape
+            peaks[backend] = peak_mib(call, device)
             synchronize(device)
-        in_turns = {backend: call for backend, call in calls.items() if backend != "reference"}
         times = time_in_turns(in_turns, device, {backend: repeats["fast"] for backend in in_turns})
-        if with_reference:  # after the others: the GiBs it frees are reclaimed for a while, slowing the next call
+        if with_reference:  # last: the GiBs it frees are taken back for a while after, slowing the next calls
+            peaks["reference"] = peak_mib(calls["reference"], device)  # also its warm-up
             times["reference"] = time_ms(calls["reference"], device, repeats["reference"])
     records = [_record(case, backend, device, times[backend], peaks[backend]) for backend in calls]
     _add_ratios(records, case)
