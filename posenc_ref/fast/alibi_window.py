@@ -27,10 +27,10 @@ Each (batch, head) is a task of its own. With at least :data:`TASKS_PER_THREAD` 
 runs on one CPU thread, the tasks spread over the caller's threads, widest window first
 (:func:`posenc_ref.fast.threads.each_on_one_thread`): a head's few kernel calls and merges never wait for
 another thread. With fewer tasks (a machine with many cores) they run in turn, each kernel call on every
-thread and the small passes on one (:func:`posenc_ref.fast.threads.serial_unless_large`). Within a head, the blocks whose window lies inside the keys read it
-through one strided view of k and v, the first blocks (window cut at key 0) go one by one. Causal only, CPU,
-no autograd (the kernel's log-sum-exp has no gradient); 16-bit inputs are computed in float32. Working
-memory: the output, each running task's call outputs and log-sum-exps (about two (q_len, head_dim) each),
+thread and the small passes on one (:func:`posenc_ref.fast.threads.serial_unless_large`). Within a head,
+the blocks whose window lies inside the keys read it through one strided view of k and v, the first blocks
+(window cut at key 0) go one by one. Causal only, CPU, no autograd (the kernel's log-sum-exp has no
+gradient); 16-bit inputs are computed in float32. Working memory: the output, each running task's call outputs and log-sum-exps (about two (q_len, head_dim) each),
 and the square templates, one per slope and block, kept for the next call (:data:`MAX_BLOCK` squared
 elements at most each: 4 MiB in float32); never (q_len, k_len).
 """
