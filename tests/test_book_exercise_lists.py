@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
+from sphinx.errors import ExtensionError
 
 ROOT = Path(__file__).resolve().parents[1]
+# book/_ext is not a package: the extension is imported from its folder, as Sphinx imports it.
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import graded_items
+
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
 LEAD = "It grades:"
 HEADER = ["| exercise | points |", "| --- | --- |"]
@@ -52,3 +59,24 @@ def test_a_list_that_lost_a_row_is_caught():
     rows = notebook_table("02_sinusoidal")
     text = "\n".join([LEAD, "", *HEADER, *rows[1:], "", "More text."])
     assert table_after(text, LEAD) != rows
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_build_accepts_each_chapter_with_its_released_notebook(assignment):
+    source = [(ROOT / "book" / f"{assignment}.md").read_text()]
+    graded_items._check_the_list(SimpleNamespace(srcdir=str(ROOT)), f"book/{assignment}", source)  # no error
+
+
+def test_the_build_fails_on_a_chapter_list_that_lost_a_row_or_names_no_notebook(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "# Chapter 9\n\n" + "\n".join([*HEADER, "| 9.1 one | 1 |", "| 9.2 two | 2 |", "| **total** | **3** |"]))])
+    nbformat.write(notebook, tmp_path / "notebooks" / "09_test.ipynb")
+    app = SimpleNamespace(srcdir=str(tmp_path))
+    whole = "\n".join([*HEADER, "| 9.1 one | 1 |", "| 9.2 two | 2 |", "| **total** | **3** |"])
+    graded_items._check_the_list(app, "book/09_test", [f"{LEAD}\n\n{whole}\n\nMore text."])
+    short = "\n".join([*HEADER, "| 9.1 one | 1 |", "| **total** | **3** |"])
+    with pytest.raises(ExtensionError, match="is not the one of"):
+        graded_items._check_the_list(app, "book/09_test", [f"{LEAD}\n\n{short}\n\nMore text."])
+    with pytest.raises(ExtensionError, match="there is no"):
+        graded_items._check_the_list(app, "book/10_none", [f"{LEAD}\n\n{whole}\n"])
