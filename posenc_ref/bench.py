@@ -12,8 +12,9 @@ that a load that comes and goes on a shared machine weighs on both alike; their 
 under the same conditions, and absolute times are noisy where ratios are much less so. The reference is
 measured last, after them: at these sizes it allocates up to 10 GiB, and while the system takes those pages
 back, for a second or so after, other calls ran up to 10x slower (measured on a 2-core VM: Shaw's fast
-path, 471 ms against 42 to 69 ms right after it, and 74 ms against 41 a second later). ``--runs N`` repeats the whole measurement N times in the process and ends with the median and
-range of each target's ratio over the runs, as a Markdown table, and in how many runs it was met.
+path, 471 ms against 42 to 69 ms right after it, and 74 ms against 41 a second later). ``--runs N``
+repeats the whole measurement N times in the process and ends with the median and range of each target's
+ratio over the runs, as a Markdown table, and in how many runs it was met.
 ``--results FILE`` writes the records of every run with the date, the machine (CPU model, cores, threads,
 GPU), the load average before and after, the torch version, the command line and the wall time.
 
@@ -416,12 +417,14 @@ def run(device: torch.device, quick: bool) -> list[dict]:
 def summarize_runs(runs: list[list[dict]]) -> list[dict]:
     """Per target of every fast record: its values over the runs, their median, low and high, the target
     and how many runs met it. Runs are matched by (variant, length, backend)."""
+    def key(record: dict) -> tuple:
+        return record["variant"], record["length"], record["backend"]
+
+    by_key = [{key(record): record for record in run} for run in runs]
     rows = []
     for record in runs[0]:
         for name, target in record.get("targets", {}).items():
-            key = (record["variant"], record["length"], record["backend"])
-            values = [next(other[name] for other in run if (other["variant"], other["length"], other["backend"]) == key)
-                      for run in runs]
+            values = [records[key(record)][name] for records in by_key]
             rows.append({"variant": record["variant"], "length": record["length"], "metric": name,
                          "values": values, "median": statistics.median(values), "low": min(values),
                          "high": max(values), "target": target, "at_most": name in AT_MOST,

@@ -43,10 +43,10 @@ import math
 
 import torch
 
-from posenc_ref.fast.banded import flash_with_logsumexp
+from posenc_ref.fast.banded import flash_with_logsumexp as flash
 from posenc_ref.fast.flex import alibi_keep_radius
 from posenc_ref.fast.offset_bias import bias_compute_dtype
-from posenc_ref.fast.threads import each_on_one_thread, kernel_threads, serial_unless_large
+from posenc_ref.fast.threads import each_on_one_thread, serial_unless_large
 
 MIN_BLOCK, MAX_BLOCK = 64, 1024  # query rows per block (see block_for_width); a template: 4 MiB in float32
 TASKS_PER_THREAD = 2  # (batch, head) tasks per thread from which each task runs on one thread, largest first
@@ -68,11 +68,6 @@ def _window_widths(q: torch.Tensor, k: torch.Tensor, slopes: torch.Tensor, scale
         return [k_len] * q.shape[1]
     radius = alibi_keep_radius(q, k, slopes, scale).amax(dim=1)  # (heads,)
     return [k_len if not math.isfinite(r) else min(k_len, max(1, math.ceil(r))) for r in radius.tolist()]
-
-
-def _kernel(q, k, v, *, scale, mask, diagonal=False):
-    with kernel_threads():  # inside serial_unless_large: every thread; in a task of each_on_one_thread: one
-        return flash_with_logsumexp(q, k, v, scale=scale, mask=mask, diagonal=diagonal)
 
 
 def block_for_width(width: int) -> int:
@@ -103,9 +98,9 @@ def _one_head(q, k, v, slopes, out, *, width: int, scale: float, offset: int, bl
     square_lse = q.new_full((heads, q_len), float("-inf"))  # rows with no key in a square keep -inf: weight 0
     if complete:
         count = len(complete)
-        square_out, lse = _kernel(_blocks(q, 0, count, block, block), _blocks(k, offset, count, block, block),
-                                  _blocks(v, offset, count, block, block), scale=scale, mask=template,
-                                  diagonal=True)  # (count, 1, block, d), (count, 1, block)
+        square_out, lse = flash(_blocks(q, 0, count, block, block), _blocks(k, offset, count, block, block),
+                                _blocks(v, offset, count, block, block), scale=scale, mask=template,
+                                diagonal=True)  # (count, 1, block, d), (count, 1, block)
         out[:, :count * block] = square_out.transpose(0, 1).flatten(1, 2)
         square_lse[:, :count * block] = lse.transpose(0, 1).flatten(1, 2)
     for s in starts[len(complete):]:
@@ -114,8 +109,8 @@ def _one_head(q, k, v, slopes, out, *, width: int, scale: float, offset: int, bl
             out[:, s:].zero_()
             break
         keys = min(block, k_len - first)
-        square_out, lse = _kernel(q[None, :, s:stop], k[None, :, first:first + keys], v[None, :, first:first + keys],
-                                  scale=scale, mask=template[:, :, :stop - s, :keys], diagonal=True)
+        square_out, lse = flash(q[None, :, s:stop], k[None, :, first:first + keys], v[None, :, first:first + keys],
+                                scale=scale, mask=template[:, :, :stop - s, :keys], diagonal=True)
         out[:, s:stop], square_lse[:, s:stop] = square_out[0], lse[0]
     # the windows: the blocks whose window lies inside the keys stacked, the others (cut at key 0) one by one
     key_term = (-slopes[:, None] * torch.arange(width, 0, -1, device=q.device).to(q.dtype))[None, :, None, :]
@@ -124,15 +119,15 @@ def _one_head(q, k, v, slopes, out, *, width: int, scale: float, offset: int, bl
     if inside:
         first, count = inside[0], len(inside)
         windows = [_blocks(x, offset + first - width, count, width, block) for x in (k, v)]
-        parts.append((first, count * block, _kernel(_blocks(q, first, count, block, block), *windows, scale=scale,
-                                                    mask=key_term)))
+        parts.append((first, count * block, flash(_blocks(q, first, count, block, block), *windows, scale=scale,
+                                                  mask=key_term)))
     for s in (s for s in starts if s not in inside):
         anchor, stop = min(offset + s, k_len), min(s + block, q_len)
         if anchor == 0:
             continue  # the block at position 0: no key before it
         low = max(0, anchor - width)
-        parts.append((s, stop - s, _kernel(q[None, :, s:stop], k[None, :, low:anchor], v[None, :, low:anchor],
-                                           scale=scale, mask=key_term[..., width - (anchor - low):])))
+        parts.append((s, stop - s, flash(q[None, :, s:stop], k[None, :, low:anchor], v[None, :, low:anchor],
+                                         scale=scale, mask=key_term[..., width - (anchor - low):])))
     for s, length, (window_out, window_lse) in parts:
         window_out = window_out.transpose(0, 1).flatten(1, 2)  # (1, length, d)
         row = torch.arange(s, s + length, device=q.device)  # (length,) query rows i

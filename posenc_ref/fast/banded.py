@@ -98,9 +98,13 @@ def flash_with_logsumexp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, s
     (batch, heads, rows, keys); ``diagonal``: row i sees keys j <= i only (the kernel then skips the key
     tiles above the diagonal). Returns out (batch, heads, rows, head_dim) and lse (batch, heads, rows).
     A row whose keys are all masked comes back as 0 with lse 0, not -inf: callers never pass one.
+
+    A large kernel: it runs on the threads from before any :func:`~posenc_ref.fast.threads.serial_unless_large`
+    block around it (:func:`~posenc_ref.fast.threads.kernel_threads`).
     """
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, diagonal, attn_mask=mask,
-                                                                      scale=scale)
+    with kernel_threads():
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, diagonal, attn_mask=mask,
+                                                                          scale=scale)
 
 
 @dataclass(frozen=True)
@@ -185,8 +189,7 @@ class OffsetBiasBand:
         mask = self.template[None, :, :rows, first_column:first_column + keys]  # (1, heads, rows, keys)
         # ALiBi's causal band is the block's diagonal square: the kernel can skip the tiles above it
         square = self.causal and not self.constant_tails and first_column == 0 and rows == keys
-        with kernel_threads():
-            return flash_with_logsumexp(q_block, k_band, v_band, scale=self.scale, mask=mask, diagonal=square)
+        return flash_with_logsumexp(q_block, k_band, v_band, scale=self.scale, mask=mask, diagonal=square)
 
 
 def offset_bias_band(position: str, params: dict[str, Any], *, scale: float, causal: bool, block: int,
@@ -295,13 +298,10 @@ def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
-    def causal_call(*arguments, **options):  # a kernel over every row: the threads from before the band's block
-        with kernel_threads():
-            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*arguments, **options)
-
     if shift <= 0:
         first = min(-shift, q_len)
-        out, lse = causal_call(q[:, :, first:], k, v, 0.0, True, scale=scale) if first < q_len else (None, None)
+        out, lse = (flash_with_logsumexp(q[:, :, first:], k, v, scale=scale, diagonal=True) if first < q_len
+                    else (None, None))
         if first == 0:
             return out, lse
         padded_out = q.new_empty(batch, heads, q_len, head_dim)  # written once: zeros on the first rows only
@@ -311,10 +311,10 @@ def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             padded_out[:, :, first:], padded_lse[:, :, first:] = out, lse
         return padded_out, padded_lse
     seen_by_all = min(shift + 1, k_len)
-    with kernel_threads():
-        out, lse = flash_with_logsumexp(q, k[:, :, :seen_by_all], v[:, :, :seen_by_all], scale=scale)
+    out, lse = flash_with_logsumexp(q, k[:, :, :seen_by_all], v[:, :, :seen_by_all], scale=scale)
     if seen_by_all < k_len and q_len > 1:
-        rest = causal_call(q[:, :, 1:], k[:, :, seen_by_all:], v[:, :, seen_by_all:], 0.0, True, scale=scale)
+        rest = flash_with_logsumexp(q[:, :, 1:], k[:, :, seen_by_all:], v[:, :, seen_by_all:], scale=scale,
+                                    diagonal=True)
         out[:, :, 1:], lse[:, :, 1:] = merge_two(out[:, :, 1:], lse[:, :, 1:], *rest)
     return out, lse
 
@@ -342,8 +342,7 @@ def _affine_tail(tail: Tail, q_block, k_tail, v_tail, *, scale: float, key_from_
     heads, rows, keys = q_block.shape[1], q_block.shape[2], k_tail.shape[2]
     key_term = tail.slope[:, None] * key_from_reference[None, :]  # (heads, keys)
     mask = key_term[None, :, None, :].expand(1, heads, rows, keys)  # broadcast over rows, no copy
-    with kernel_threads():  # the block's whole tail: a large kernel
-        out, lse = flash_with_logsumexp(q_block, k_tail, v_tail, scale=scale, mask=mask)
+    out, lse = flash_with_logsumexp(q_block, k_tail, v_tail, scale=scale, mask=mask)
     return out, lse + tail.at_edge[:, None] + tail.slope[:, None] * reference_from_row[None, :]
 
 
