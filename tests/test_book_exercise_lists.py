@@ -62,9 +62,13 @@ def test_a_list_that_lost_a_row_is_caught():
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_build_accepts_each_chapter_with_its_released_notebook(assignment):
-    source = [(ROOT / "book" / f"{assignment}.md").read_text()]
-    graded_items._check_the_list(SimpleNamespace(srcdir=str(ROOT)), f"book/{assignment}", source)  # no error
+def test_the_build_accepts_each_chapter_with_its_released_notebook_and_not_one_row_less(assignment):
+    text = (ROOT / "book" / f"{assignment}.md").read_text()
+    app = SimpleNamespace(srcdir=str(ROOT))
+    graded_items._check_the_list(app, f"book/{assignment}", [text])  # no error
+    first_item = table_after(text, LEAD)[0]
+    with pytest.raises(ExtensionError, match="is not the one of"):
+        graded_items._check_the_list(app, f"book/{assignment}", [text.replace(first_item + "\n", "", 1)])
 
 
 def test_the_build_fails_on_a_chapter_list_that_lost_a_row_or_names_no_notebook(tmp_path):
