@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         ("--output-kb", "output a cell may send the grader, in KB (the rest is cut)"),
         ("--notebook-output-kb", "output and widget messages a notebook may send the grader in all, in KB"),
         ("--tmp-mb", "size of each kernel's /tmp and of its /dev/shm, in MB"),
+        ("--notebook-seconds", "wall-clock seconds a whole notebook may run; the cells after are not run"),
     ):
         grade.add_argument(option, type=_positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
     grade.add_argument(

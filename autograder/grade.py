@@ -65,14 +65,13 @@ from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
-from autograder.intake.sanitize import prepare
 from autograder.intake.submissions import collect, extract_notebooks
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
 from autograder.sandbox import cgroups
 from autograder.sandbox.launcher import Limits, bwrap_problem
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
-from autograder.variants import declared_student_id, enabled_in_config, variants_of
+from autograder.variants import enabled_in_config
 from autograder.verdicts.template import harden_gradebook, quiet_explorers
 from autograder.verdicts.verdict import new_marker
 
@@ -80,6 +79,13 @@ OUTPUT_NAMES = (
     "grades.csv", "items.csv", "report.txt", "feedback", "logs", "autograded", "source", CONFIG_NAME,
 )
 MEGABYTE = 1024 * 1024
+UNSANDBOXED = (
+    "grading WITHOUT a sandbox (--no-sandbox): each student's kernel runs as the grader's user, with resource "
+    "limits only; it can read every file that user can read (other students' submissions, the exercise "
+    "sources and hidden tests, the gradebook), write wherever that user can (no cap on /tmp or on files), see "
+    "the grader's processes and reach the network; the notebook is parsed and rendered in a plain process "
+    "under the same limits, not in a sandbox. Use it only for notebooks you trust"
+)
 
 
 def configured_limits() -> Limits:
@@ -125,33 +131,12 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
     return found
 
 
-def _prepare_task(task: Task, submission, released: nbformat.NotebookNode) -> Task | Result:
-    """The task to run for one submission, or its result when it cannot be graded. Never raises."""
-    try:
-        if submission.path is None:
-            return write_ungraded(task, "the folder holds no notebook")
-        prepared = prepare(submission.path, released)
-        task = dataclasses.replace(task, notes=(*task.notes, *prepared.notes))
-        if prepared.notebook is None:
-            return write_ungraded(task, prepared.reason or "unknown")
-        if note := _declared_id_note(task, prepared.notebook):
-            task = dataclasses.replace(task, notes=(*task.notes, note))
-        task.notebook.parent.mkdir(parents=True)
-        task.notebook.write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
-        return task
-    except Exception as error:  # noqa: BLE001 (one submission's problem stays with it)
-        return write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
-
-
-def _declared_id_note(task: Task, notebook: nbformat.NotebookNode) -> str | None:
-    """The note for a notebook whose ``STUDENT_ID`` names another student than its folder, when items vary."""
-    declared = declared_student_id(notebook)
-    if not (task.variants and variants_of(task.assignment)) or declared is None or declared == task.student:
-        return None
-    return (
-        f"the notebook says STUDENT_ID = {declared!r}, but it was submitted in the folder of student "
-        f"{task.student!r}: its varied items were graded with the parameters of {task.student!r}"
-    )
+def _prepare_task(task: Task, submission) -> Task | Result:
+    """The task to run for one submission, or its result when there is nothing to grade. The student's
+    notebook is not read here: the grading stage reads it, in its sandbox (:mod:`autograder.pipeline`)."""
+    if submission.path is None:
+        return write_ungraded(task, "the folder holds no notebook")
+    return dataclasses.replace(task, notebook=submission.path)
 
 
 def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
@@ -294,6 +279,15 @@ def grade(
         raise FileNotFoundError(f"{path} does not exist")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if sandbox and scheduler is None and (problem := bwrap_problem()) is not None:
+        raise ValueError(
+            f"no submission was graded: the sandbox cannot run on this machine ({problem}). Every student's "
+            "notebook is read, run and rendered in bubblewrap; install it (Debian: apt-get install bubblewrap) "
+            "and allow user namespaces, or pass --no-sandbox to grade without it (README: 'The grader's threat "
+            "model' says what is then unprotected)"
+        )
+    if not sandbox:
+        print(report_text(UNSANDBOXED), file=sys.stderr, flush=True)
     options = Options(
         jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
         scheduler, regrade, enabled_in_config() if variants is None else variants,
@@ -392,6 +386,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     assignment=submission.assignment,
                     notebook=work / "prepared" / str(index) / f"{submission.assignment}.ipynb",
                     template=course.directory,
+                    jupyter=course.jupyter_directory,
                     directory=work / "tasks" / str(index),
                     layout=layouts[submission.assignment],
                     notes=submission.notes,
@@ -424,7 +419,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                 if kept is not None:
                     deliver(kept)
                     continue
-                prepared = _prepare_task(task, submission, released[submission.assignment])
+                prepared = _prepare_task(task, submission)
                 if isinstance(prepared, Result):
                     deliver(prepared)
                 else:

@@ -38,3 +38,4 @@ c.AutograderSandbox.file_size_mb = 64  # largest file the kernel may write
 c.AutograderSandbox.output_kb = 1024  # output a cell may send the grader; the rest is cut, with a note
 c.AutograderSandbox.notebook_output_kb = 4096  # output and widget messages of the whole notebook
 c.AutograderSandbox.tmp_mb = 256  # the kernel's /tmp (its working folder) and /dev/shm, each
+c.AutograderSandbox.notebook_seconds = 1800  # wall-clock time of the whole notebook; later cells are not run

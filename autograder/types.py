@@ -7,7 +7,7 @@ back a :class:`Result`, which the gradebook records and the reports write out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -48,6 +48,7 @@ class Result:
     items: list[Item]
     notes: list[str] = field(default_factory=list)
     reason: str | None = None  # why nothing could be graded
+    grader_failure: bool = False  # the grader, not the submission, failed: never kept as a grade
 
     @property
     def score(self) -> float:
@@ -80,6 +81,12 @@ class Task:
     use_cgroup: bool = False
     variants: bool = True  # the varied items' parameters drawn from ``student`` (False: the one answer key)
     autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
+    jupyter: Path | None = None  # the folder of the kernelspec (default: the first of JUPYTER_PATH)
+    readable: tuple[Path, ...] = ()  # more folders the grading stage reads (the kernel's view of the packages)
+
+    @staticmethod
+    def with_notes(task: Task, notes: list[str]) -> Task:
+        return replace(task, notes=tuple(notes))
 
 
 def layout_of(released: nbformat.NotebookNode) -> tuple[LayoutItem, ...]:

@@ -130,6 +130,7 @@ def grade_on_worker(course_key: str, task: Task, notebook: bytes) -> Shipped:
             log=work / "log.txt",
             autograded=work / "autograded.ipynb",
             hidden=(str(work), str(template.parent)),
+            jupyter=_kernelspec["jupyter"],
         )
         local.notebook.parent.mkdir(parents=True)
         local.notebook.write_bytes(notebook)

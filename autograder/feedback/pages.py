@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from autograder.feedback.escape import CSP_META, html_text, with_content_security_policy
+from autograder.feedback.escape import CSP_META, html_text
 from autograder.types import Item
 
 _STYLE = (
@@ -26,10 +26,15 @@ def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> s
     return f'<div class="autograder-notes" style="{_STYLE}"><h2>{html_text(title)}</h2><ul>{items}</ul></div>'
 
 
+# Put in front of a page that the grading stage rendered, whatever it holds: a doctype (standards mode), the
+# encoding, and the policy, which the browser applies to everything that follows it.
+PAGE_PREFIX = f'<!DOCTYPE html>\n<meta charset="utf-8">{CSP_META}\n'
+
+
 def add_notes(page: str, notes: Sequence[str]) -> str:
-    """An nbgrader feedback page with the Content-Security-Policy in its head and the notes (if any) right
-    after its opening ``<body>`` tag."""
-    page = with_content_security_policy(page)
+    """An nbgrader feedback page behind :data:`PAGE_PREFIX` (the Content-Security-Policy before any byte of
+    the page), with the notes (if any) right after its opening ``<body>`` tag."""
+    page = PAGE_PREFIX + page
     block = notes_block(notes)
     if not block:
         return page

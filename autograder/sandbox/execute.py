@@ -20,11 +20,17 @@ apply while the notebook runs, to what arrives, whatever its type:
   since nbgrader fails a test cell by its error.
 
 Sizes are those of a message's content as JSON plus its binary buffers (:func:`message_bytes`).
+
+Time: besides nbgrader's cap per cell, the whole notebook runs for at most ``notebook_seconds`` of wall-clock
+time. A cell never waits longer than what is left; once nothing is left, the code cells after it are not run,
+each gets an error output that says so (a test cell not run fails, as a cell that raised does), and
+:data:`NOTEBOOK_CAP_MARK` in the log tells the grader to say so on the feedback page and in report.txt.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import zmq
 from nbformat.v4 import new_output
@@ -39,6 +45,7 @@ MIN_MESSAGE_BYTES = 16 * 1024 * 1024
 REPORT_BYTES_PER_CELL = 1024 * 1024
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_LINES = 30
+NOTEBOOK_CAP_MARK = "autograder: the notebook reached its wall-clock cap"
 
 
 def message_bytes(msg: dict) -> int:
@@ -84,12 +91,40 @@ class CappedExecute(Execute):
         help="bytes of output and widget messages the notebook keeps in all; what comes after is dropped (0: no limit)",
     ).tag(config=True)
 
+    notebook_seconds = Integer(
+        0, help="wall-clock seconds the whole notebook may run; the code cells after are not run (0: no limit)"
+    ).tag(config=True)
+
     def preprocess(self, nb, resources=None, km=None):
+        self._deadline = time.monotonic() + self.notebook_seconds if self.notebook_seconds else None
+        self._cap_reported = False
         self._cell_bytes: dict[int, int] = {}  # output received, by cell index
         self._report_bytes: dict[int, int] = {}
         self._notebook_bytes = 0
         self._noticed: set[int] = set()
         return super().preprocess(nb, resources, km)
+
+    def _seconds_left(self) -> float | None:
+        return None if self._deadline is None else self._deadline - time.monotonic()
+
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        left = self._seconds_left()
+        if left is None:
+            return timeout
+        left = max(1, int(left) + 1)
+        return left if timeout is None else min(timeout, left)
+
+    def preprocess_cell(self, cell, resources, index):
+        left = self._seconds_left()
+        if cell.cell_type == "code" and left is not None and left <= 0:
+            if not self._cap_reported:
+                self.log.error(NOTEBOOK_CAP_MARK + " (%is)", self.notebook_seconds)
+                self._cap_reported = True
+            text = f"this cell was not run: the notebook ran for its {self.notebook_seconds} seconds in all"
+            cell.outputs = [new_output("error", ename="NotebookTimeCap", evalue=text, traceback=[text])]
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
     def create_kernel_manager(self):
         manager = super().create_kernel_manager()

@@ -71,6 +71,7 @@ class Limits:
     output_kb: int = 1024  # output a cell may send to the grader (autograder.sandbox.execute); the rest is cut
     notebook_output_kb: int = 4096  # output the whole notebook may send; the rest is cut
     tmp_mb: int = 256  # size of the kernel's /tmp (its working folder), and of its /dev/shm
+    notebook_seconds: int = 1800  # wall-clock time the whole notebook may run; later cells are not run
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ class Settings:
     cgroup: tuple[int, tuple[str, ...]] | None = None
     student: str = ""  # the submission's student folder: its ID draws the parameters of the varied items
     variants: bool = True  # per-student variants (autograder.variants); False: the one answer key
+    # The kernel's writable folder inside the grading stage's capped tmpfs (autograder.sandbox.stage): its
+    # tmp/ and shm/ become the kernel's /tmp and /dev/shm, and /proc is the stage's (a sandbox nested in
+    # bwrap cannot mount a new one). Empty: a kernel started outside a stage, with tmpfs of its own.
+    writable: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -111,6 +116,7 @@ class Settings:
             cgroup=None if cgroup is None else (int(cgroup[0]), tuple(str(path) for path in cgroup[1])),
             student=str(data.get("student", "")),
             variants=bool(data.get("variants", True)),
+            writable=str(data.get("writable", "")),
         )
 
 
@@ -141,9 +147,14 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     # The new /tmp and /dev/shm first: what the kernel reads may lie under /tmp (a checkout and its
     # virtual environment there), and is bound on top of them.
     tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    for path in ("/tmp", "/dev/shm"):
-        argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
+    if settings.writable:
+        argv += ["--ro-bind", "/proc", "/proc", "--dev", "/dev"]
+        for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
+            argv += ["--bind", os.path.join(settings.writable, name), path]
+    else:
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for path in ("/tmp", "/dev/shm"):
+            argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
     for folder in SYSTEM_FOLDERS:
         if os.path.islink(folder):
             argv += ["--symlink", os.readlink(folder), folder]

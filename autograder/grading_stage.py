@@ -1,0 +1,334 @@
+"""What the grading stage does with one submission, inside its sandbox (:mod:`autograder.sandbox.stage`).
+
+From the student's bytes to plain data, in this order:
+
+1. the notebook is read and repaired against its release (:func:`autograder.intake.sanitize.prepare`): a file
+   that is no notebook ends here, with the reason;
+2. a copy of the template course (sources and hardened gradebook) is made in the stage's folder, the
+   notebook put in its ``submitted/``, and nbgrader's autograde runs it in the student's kernel, itself
+   sandboxed inside this one (:mod:`autograder.sandbox.launcher`), its output capped and the whole notebook
+   held to ``notebook_seconds`` (:mod:`autograder.sandbox.execute`);
+3. the split test cells are decided on the values the kernel reported (:mod:`autograder.verdicts`), and the
+   score and message of every item read from the gradebook and the autograded notebook;
+4. the autograded notebook is rebuilt from an allowlist (:mod:`autograder.feedback.escape`) and nbconvert
+   renders the feedback page from it.
+
+The answer (:func:`grade_in_stage`) is a dict of plain values: the items, the notes, a reason when nothing
+could be graded, the feedback page and the autograded notebook as text, and the log. The worker trusts none
+of it until :mod:`autograder.crossing` has checked it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder import variants
+from autograder.course import NbgraderError, load_config, run_app
+from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
+from autograder.types import Item, Task
+from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
+
+MAX_MESSAGE = 600
+MAX_LOG_CHARS = 256 * 1024
+MAX_KERNEL_LOG_BYTES = 64 * 1024
+KERNEL_LOG = "kernel.log"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """What the worker hands a stage (pickled: the worker is trusted): the task, the released notebook of
+    its assignment, the folder the stage works in (``/grading`` in the sandbox) and whether it is sandboxed."""
+
+    task: Task
+    released: Path
+    root: str
+    sandboxed: bool
+    notebook_bytes: int
+
+
+def grade_in_stage(request: StageRequest) -> dict:
+    """Grade the submission of ``request``; the answer as plain data (see the module docstring). Never raises:
+    a failure of the grader's own code is answered as ``{"failure": ...}``."""
+    log: list[str] = []
+    try:
+        return _grade(request, log)
+    except Exception:  # noqa: BLE001 (the worker turns it into a grader failure, never kept as a grade)
+        log.append(traceback.format_exc())
+        return {"failure": "the grader failed on this submission (see its log)", "log": _joined(log)}
+
+
+def _grade(request: StageRequest, log: list[str]) -> dict:
+    from nbgrader.converters import Autograde, GenerateFeedback
+
+    from autograder.feedback.escape import sanitize_notebook_file
+    from autograder.intake.sanitize import prepare
+
+    task = request.task
+    root = Path(request.root)
+    released = nbformat.read(request.released, as_version=4)
+    prepared = prepare(task.notebook, released)
+    notes = list(prepared.notes)
+    if prepared.notebook is None:
+        return {"reason": prepared.reason or "unknown", "notes": notes, "log": _joined(log)}
+    if note := _declared_id_note(task, prepared.notebook):
+        notes.append(note)
+    course_root = root / "course"
+    shutil.copytree(task.template / "source" / task.assignment, course_root / "source" / task.assignment)
+    shutil.copy2(task.template / "gradebook.db", course_root / "gradebook.db")
+    submitted = course_root / "submitted" / task.student / task.assignment
+    submitted.mkdir(parents=True)
+    (submitted / task.notebook.name).write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
+    kernel = _set_kernel_sandbox(request, root)
+    try:
+        log.append(_nbgrader_step(Autograde, course_root, task, kernel, **_autograde_config(task.limits)))
+    except NbgraderError as error:
+        log.append(str(error))
+        log.append(_kernel_log_tail(kernel))
+        return {"reason": _failure_reason(str(error)), "notes": notes, "log": _joined(log), "kernel_failed": True}
+    notes += _timeout_notes(log[-1])
+    if note := parameters_note(task):
+        notes.append(note)
+    decided = _decide_outside_kernel(course_root, task)
+    items = _items_from_gradebook(course_root, task, decided)
+    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    autograded.chmod(0o600)  # nbgrader leaves it read-only, and the stage holds no capability to override that
+    sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
+    log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter={"template_name": "feedback"}))
+    page = course_root / "feedback" / task.student / task.assignment / task.notebook.with_suffix(".html").name
+    log.append(_kernel_log_tail(kernel))
+    return {
+        "items": [dataclasses.asdict(item) for item in items],
+        "notes": notes,
+        "reason": None,
+        "feedback": page.read_text(encoding="utf-8"),
+        "autograded": autograded.read_text(encoding="utf-8"),
+        "log": _joined(log),
+    }
+
+
+def _declared_id_note(task: Task, notebook: nbformat.NotebookNode) -> str | None:
+    """The note for a notebook whose ``STUDENT_ID`` names another student than its folder, when items vary."""
+    declared = variants.declared_student_id(notebook)
+    if not (task.variants and variants.variants_of(task.assignment)) or declared is None or declared == task.student:
+        return None
+    return (
+        f"the notebook says STUDENT_ID = {declared!r}, but it was submitted in the folder of student "
+        f"{task.student!r}: its varied items were graded with the parameters of {task.student!r}"
+    )
+
+
+def _joined(log: list[str]) -> str:
+    text = "\n".join(log)
+    return text if len(text) <= MAX_LOG_CHARS else "[...]\n" + text[-MAX_LOG_CHARS:]
+
+
+def _set_kernel_sandbox(request: StageRequest, root: Path) -> Path:
+    """The kernel's writable folder, its settings in this process's environment (the launcher reads them);
+    returns the folder."""
+    task = request.task
+    kernel = root / "kernel"
+    for name in ("tmp", "shm", "runtime"):
+        (kernel / name).mkdir(parents=True, mode=0o700, exist_ok=True)
+    settings = Settings(
+        scratch=str(kernel / "tmp"),
+        runtime=str(kernel / "runtime"),
+        log=str(kernel / KERNEL_LOG),
+        hidden=task.hidden,
+        limits=task.limits,
+        use_bwrap=request.sandboxed,
+        cgroup=None,  # the whole stage is in the kernel's control group already
+        student=task.student,
+        variants=task.variants,
+        writable=str(kernel) if request.sandboxed else "",
+    )
+    os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(kernel / "runtime")
+    return kernel
+
+
+def _nbgrader_step(app_class, course_root: Path, task: Task, kernel: Path, **config_updates) -> str:
+    from nbgrader.coursedir import CourseDirectory
+
+    config = load_config(course_root, timeout=task.timeout, sockets=kernel / "runtime" / "kernel")
+    for section, values in config_updates.items():
+        for key, value in values.items():
+            config[section][key] = value
+    course_directory = CourseDirectory(config=config)
+    course_directory.assignment_id = task.assignment
+    course_directory.student_id = task.student
+    app = app_class(coursedir=course_directory, config=config)
+    app.force = True
+    if hasattr(app, "create_student"):
+        app.create_student = True
+    return run_app(app)
+
+
+def _autograde_config(limits: Limits) -> dict[str, dict]:
+    """nbgrader's autograde steps with :class:`autograder.sandbox.execute.CappedExecute` in place of Execute."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
+    from autograder.sandbox.execute import CappedExecute
+
+    steps = Autograde.class_traits()["autograde_preprocessors"].default()
+    return {
+        "Autograde": {"autograde_preprocessors": [CappedExecute if step is Execute else step for step in steps]},
+        "CappedExecute": {
+            "max_output_bytes": limits.output_kb * 1024,
+            "max_notebook_bytes": limits.notebook_output_kb * 1024,
+            "notebook_seconds": limits.notebook_seconds,
+        },
+    }
+
+
+def _failure_reason(log: str) -> str:
+    """Why nbgrader could not run a notebook, from its log."""
+    if "Kernel died" in log or "DeadKernelError" in log:
+        return "the kernel died while running the notebook (a cell ended Python or ran out of memory)"
+    errors = [
+        line.strip() for line in log.splitlines() if line.startswith("[ERROR]") and "Please see" not in line
+    ]
+    return f"nbgrader could not run the notebook ({errors[-1][8:] if errors else 'see the log'})"
+
+
+def _timeout_notes(log: str) -> list[str]:
+    """A note for every cell that nbgrader interrupted at the time limit, and one when the notebook reached
+    its wall-clock cap."""
+    from autograder.sandbox.execute import NOTEBOOK_CAP_MARK
+
+    limits = re.findall(r"Timeout waiting for execute reply \((\d+)s\)", log)
+    notes = [
+        f"a cell ran longer than {limit} seconds and was interrupted; the cells after it still ran"
+        for limit in limits
+    ]
+    if match := re.search(re.escape(NOTEBOOK_CAP_MARK) + r" \((\d+)s\)", log):
+        notes.append(
+            f"the notebook ran for its {match.group(1)} seconds in all (the grader's cap per notebook): "
+            "the cells after that point were not run, and their tests count as failed"
+        )
+    return notes
+
+
+def _kernel_log_tail(kernel: Path) -> str:
+    """The end of what the kernel wrote on its standard output and error (its own log file)."""
+    path = kernel / KERNEL_LOG
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - MAX_KERNEL_LOG_BYTES))
+            tail = handle.read(MAX_KERNEL_LOG_BYTES).decode("utf-8", "backslashreplace")
+    except OSError:
+        return ""
+    return f"--- the kernel's standard output and error (last {MAX_KERNEL_LOG_BYTES} bytes at most) ---\n{tail}"
+
+
+def _failure_messages(autograded: Path) -> dict[str, str]:
+    """For each test cell of the autograded notebook that raised, ``"Name: message"``."""
+    messages = {}
+    if not autograded.exists():
+        return messages
+    for cell in nbformat.read(autograded, as_version=4).cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        for output in cell.get("outputs", []):
+            if grade_id and output.get("output_type") == "error":
+                text = _ANSI.sub("", f"{output.get('ename', '')}: {output.get('evalue', '')}").strip()
+                messages[grade_id] = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+                break
+    return messages
+
+
+def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
+    """Decide the split test cells from their reports; write the scores into the gradebook.
+
+    nbgrader's own score for such a cell (did it raise in the student's kernel?) is replaced: the cell passes
+    when the grader's checks pass on the values the kernel reported, and only then. Returns the failure
+    message of each split cell that failed.
+    """
+    from nbgrader.api import Gradebook
+
+    if not task.splits:
+        return {}
+    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    cells = {}
+    if autograded.exists():
+        for cell in nbformat.read(autograded, as_version=4).cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in task.splits:
+                cells[grade_id] = cell
+    kernel_errors = _failure_messages(autograded)
+    messages = {}
+    points = {item.grade_id: item.points for item in task.layout}
+    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
+        for grade_id, split in task.splits.items():
+            cell = cells.get(grade_id)
+            reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
+            split, parameters = _for_this_student(task, grade_id, split)
+            passed, message = decide(split, reports, problem or kernel_errors.get(grade_id))
+            if parameters and not passed:
+                message = f"with your parameters ({parameters}): {message}"
+            grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)
+            grade.auto_score = points.get(grade_id, 0.0) if passed else 0.0
+            if not passed:
+                messages[grade_id] = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+        gradebook.db.commit()
+    return messages
+
+
+def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, str]:
+    """The split of a varied item with the expected values of this student's parameters (drawn from the
+    student folder, or the one answer key's when variants are off), and those parameters in words ("" when
+    every student has the same); the split as it is, and "", for any other item."""
+    variant = variants.variant_of_cell(task.assignment, grade_id)
+    if variant is None:
+        return split, ""
+    parameters = variants.parameters_for(task.assignment, task.student, enabled=task.variants)[variant.item]
+    constants = f"{split.constants}\n{variants.constants_source(variant, parameters)}"
+    return dataclasses.replace(split, constants=constants), variant.describe(parameters) if task.variants else ""
+
+
+def parameters_note(task: Task) -> str | None:
+    """The feedback's line that lists the student's parameters, when the assignment has varied items."""
+    varied = variants.variants_of(task.assignment)
+    if not (varied and task.variants):
+        return None
+    drawn = variants.parameters_for(task.assignment, task.student, enabled=True)
+    listed = "; ".join(f"{variant.item} {variant.describe(drawn[variant.item])}" for variant in varied)
+    return f"the varied items were graded with the parameters of student {task.student}: {listed}"
+
+
+def _items_from_gradebook(course_root: Path, task: Task, decided: dict[str, str]) -> list[Item]:
+    from nbgrader.api import Gradebook
+
+    messages = _failure_messages(
+        course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    )
+    messages.update(decided)
+    with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
+        submitted = gradebook.find_submission_notebook(task.assignment, task.assignment, task.student)
+        grades = {grade.name: (grade.score, grade.needs_manual_grade) for grade in submitted.grades}
+    items = []
+    for layout_item in task.layout:
+        score, needs_manual_grade = grades.get(layout_item.grade_id, (0.0, False))
+        score = float(score or 0.0)
+        if layout_item.cell_type == "markdown":
+            status = (
+                "manual" if needs_manual_grade else ("passed" if score >= layout_item.points else "failed")
+            )
+            message = "to be graded by an instructor" if needs_manual_grade else ""
+            if not needs_manual_grade and score == 0:
+                message = "no answer was written"
+        else:
+            status = "passed" if score >= layout_item.points else "failed"
+            message = (
+                "" if status == "passed" else messages.get(layout_item.grade_id, "the test did not pass")
+            )
+        items.append(Item(layout_item.grade_id, score, layout_item.points, status, message))
+    return items

@@ -1,0 +1,327 @@
+"""The grading stage: one submission graded in a sandbox of its own, from the student's bytes to plain data.
+
+Everything that reads what a student sent runs here, never in the grader's worker: the notebook's JSON and
+its repair (:mod:`autograder.intake.sanitize`), nbgrader's autograde with the student's kernel, the reports
+of the hidden tests (:mod:`autograder.verdicts`), the cleaning of outputs and markdown, and nbconvert's
+rendering of the feedback page (:mod:`autograder.grading_stage`). The worker hands the stage its task and the
+student's bytes, and takes back one JSON document of bounded size, which :mod:`autograder.crossing` checks
+field by field before anything of it is used.
+
+The worker starts the stage (:func:`run_stage`) as
+
+    bwrap --unshare-all --die-with-parent --new-session --uid 0 --gid 0 --cap-drop ALL --cap-add CAP_SYS_ADMIN
+          --ro-bind <the system, the Python installation, the course's packages, the template course>
+          --ro-bind <the student's notebook> --dir /grading --remount-ro /
+          python -m autograder.sandbox
+
+with resource limits (address space, CPU seconds, file size; its control group when the machine has them)
+and a wall-clock limit past which its whole process group is killed. Inside, before it reads anything
+(:func:`enter`), the stage mounts the two size- and file-count-capped folders it may write to:
+
+- ``/grading``: nbgrader's course directory (the copy of the template course, the autograded notebook, the
+  feedback page);
+- ``/grading/kernel``: everything the student's kernel can write: its ``/tmp``, its ``/dev/shm``, its
+  runtime folder (the connection file and sockets) and its log;
+
+then drops every capability (bounding set included), forbids new privileges and makes itself not dumpable,
+so that the kernel, which runs as the same user in a sandbox nested in this one
+(:mod:`autograder.sandbox.launcher`), can neither read its memory nor trace it.
+
+Without bubblewrap (``--no-sandbox``) the stage runs as a plain process under the same resource and time
+limits, its folders on the grader's disk, uncapped; the grader says so on the terminal and in report.txt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.sandbox.launcher import ETC_FILES, MEGABYTE, REPOSITORY, SYSTEM_FOLDERS, Limits
+
+ROOT = "/grading"
+KERNEL_FOLDER = "kernel"
+STAGE_MEMORY_MB = 2048  # nbgrader, nbconvert, SQLite and the verdicts' checks, beside the kernel
+STAGE_FILES = 20_000  # files and folders in /grading: a course copy is a few dozen
+KERNEL_FILES = 10_000  # files and folders the kernel may create, all of its writable places together
+MAX_RESPONSE_BYTES = 96 * MEGABYTE
+MAX_ERROR_BYTES = 256 * 1024
+STARTUP_SECONDS = 300  # beyond the notebook's cap: nbgrader's start, the verdicts and the feedback page
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What came back from a stage: its standard output (the response, at most ``MAX_RESPONSE_BYTES``), the
+    end of its standard error, its exit code, and why the worker stopped it (None when it ended itself)."""
+
+    response: bytes
+    errors: bytes
+    returncode: int | None
+    stopped: str | None = None
+
+
+def stage_seconds(limits: Limits) -> int:
+    """The wall-clock limit of a whole stage: the notebook's cap and the time to start and finish around it."""
+    return limits.notebook_seconds + STARTUP_SECONDS
+
+
+def stage_quota_bytes(limits: Limits, notebook_bytes: int) -> int:
+    """Bytes of ``/grading``: the course copy (four copies of the notebook at most: submitted, autograded,
+    the cleaned copy, the feedback page) and the gradebook."""
+    return 4 * notebook_bytes + 4 * limits.notebook_output_kb * 1024 + 64 * MEGABYTE
+
+
+def kernel_quota_bytes(limits: Limits) -> int:
+    """Bytes of ``/grading/kernel``: the kernel's /tmp and /dev/shm, its sockets and its log."""
+    return limits.tmp_mb * MEGABYTE + 8 * MEGABYTE
+
+
+def stage_readable_folders() -> list[str]:
+    """What the stage reads besides the system: the Python installation, its virtual environment and the
+    course's two packages, whole (the stage is the grader's own code; the student's kernel, nested in it,
+    is given far less)."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    wanted = {os.path.realpath(path) for path in prefixes}
+    wanted |= {os.path.join(REPOSITORY, package) for package in ("autograder", "posenc_ref")}
+    wanted = {path for path in wanted if not any(_inside(path, system) for system in SYSTEM_FOLDERS)}
+    return sorted(path for path in wanted if not any(other != path and _inside(path, other) for other in wanted))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
+def bwrap_stage_argv(template: Path, jupyter: Path, notebook: Path, extra: tuple[Path, ...] = ()) -> list[str]:
+    """The bwrap command line of a stage: read-only the system, Python, the course's packages, the template
+    course with its kernelspec and the student's notebook; writable nothing until :func:`enter` mounts
+    ``/grading``."""
+    argv = [shutil.which("bwrap") or "bwrap"]
+    argv += ["--unshare-all", "--die-with-parent", "--new-session", "--uid", "0", "--gid", "0"]
+    # CAP_SYS_ADMIN for the two mounts, CAP_SETPCAP to empty the bounding set after them (drop_privileges).
+    # CAP_SETFCAP stays (see drop_privileges).
+    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SETFCAP"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            argv += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            argv += ["--ro-bind", folder, folder]
+    for name in ETC_FILES:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for folder in stage_readable_folders():
+        argv += ["--ro-bind", folder, folder]
+    for path in (template, jupyter, notebook, *extra):
+        real = os.path.realpath(path)
+        argv += ["--ro-bind", real, real]
+    argv += ["--dir", ROOT, "--remount-ro", "/", "--chdir", "/tmp", "--"]
+    return argv + [sys.executable, "-m", "autograder.sandbox"]
+
+
+def stage_environment(jupyter: Path, home: str) -> dict[str, str]:
+    """The stage's whole environment, from an allowlist (no secret of the grader's reaches it)."""
+    from autograder.sandbox.launcher import PASSED_THROUGH
+
+    environment = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+    environment.update(
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]),
+        HOME=home,
+        TMPDIR=home,
+        LANG="C.UTF-8",
+        PYTHONPATH=REPOSITORY,
+        JUPYTER_PATH=str(jupyter),
+        JUPYTER_CONFIG_DIR=os.path.join(home, ".jupyter"),
+        JUPYTER_DATA_DIR=os.path.join(home, ".jupyter-data"),
+        MPLBACKEND="Agg",
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    return environment
+
+
+def _stage_limits(limits: Limits) -> None:
+    """The stage's own resource limits (the kernel sets lower ones for itself): set in the child before exec."""
+    memory = (max(limits.memory_mb, 1024) + STAGE_MEMORY_MB) * MEGABYTE if limits.memory_mb else 0
+    cpu = stage_seconds(limits) + limits.cpu_seconds if limits.cpu_seconds else 0
+    for kind, value in (
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_FSIZE, max(limits.file_size_mb, 64) * MEGABYTE if limits.file_size_mb else 0),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        if value or kind == resource.RLIMIT_CORE:
+            _, hard = resource.getrlimit(kind)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(kind, (value, value))
+
+
+def _drain(stream, limit: int, into: list[bytes]) -> None:
+    """Read ``stream`` to its end, keeping its first ``limit`` bytes (the rest is read and dropped, so that the
+    writer never blocks)."""
+    kept = 0
+    while chunk := stream.read(65536):
+        if kept < limit:
+            into.append(chunk[: limit - kept])
+        kept += len(chunk)
+    into.append(b"" if kept <= limit else b"\0over")
+
+
+def run_stage(
+    request: bytes,
+    argv: list[str],
+    environment: dict[str, str],
+    limits: Limits,
+    *,
+    cwd: str | None = None,
+    join_group=None,
+) -> StageOutcome:
+    """Run a stage: ``request`` on its standard input, its standard output kept up to
+    :data:`MAX_RESPONSE_BYTES`, the end of its standard error; its whole process group killed after
+    :func:`stage_seconds` of wall-clock time. ``join_group`` (a control group's ``join``) runs in the child
+    before it executes bwrap. Never raises for what the stage does."""
+
+    def before_exec() -> None:
+        if join_group is not None:
+            join_group()
+        _stage_limits(limits)
+
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=cwd,
+        start_new_session=True, preexec_fn=before_exec,  # noqa: PLW1509 (the worker starts no threads of its own)
+    )
+    response: list[bytes] = []
+    errors: list[bytes] = []
+    readers = [
+        threading.Thread(target=_drain, args=(process.stdout, MAX_RESPONSE_BYTES, response), daemon=True),
+        threading.Thread(target=_drain, args=(process.stderr, MAX_ERROR_BYTES, errors), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    stopped = None
+    try:
+        process.stdin.write(request)
+        process.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    deadline = time.monotonic() + stage_seconds(limits)
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        stopped = f"grading took longer than {stage_seconds(limits)} seconds in all and was stopped"
+    finally:
+        _kill_group(process)
+    for reader in readers:
+        reader.join(timeout=30)
+    output = b"".join(response)
+    if output.endswith(b"\0over"):
+        output, stopped = b"", stopped or f"the grading stage answered more than {MAX_RESPONSE_BYTES} bytes"
+    return StageOutcome(output, b"".join(errors).removesuffix(b"\0over"), process.returncode, stopped)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inside the stage
+# ---------------------------------------------------------------------------------------------------------
+
+CAP_SETFCAP = 31
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapabilityHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapabilityData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def mount_quota_folder(path: str, size_bytes: int, files: int) -> None:
+    """A new tmpfs on ``path`` of at most ``size_bytes`` bytes and ``files`` files and folders.
+
+    Raises:
+        OSError: the mount failed (the stage then grades nothing).
+    """
+    options = f"size={size_bytes},nr_inodes={files},mode=0700".encode()
+    if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", 0, options) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"cannot mount a tmpfs on {path}: {os.strerror(error)}")
+
+
+def drop_privileges() -> None:
+    """Every capability dropped but :data:`CAP_SETFCAP` (permitted, not effective), no new privileges, and not
+    dumpable: a process of the same user (the kernel) can no longer read this one's memory.
+
+    CAP_SETFCAP is what the kernel's own bwrap needs to map its user onto this sandbox's user 0 (Linux asks
+    for it, since 5.12, of whoever maps a user namespace's root); with no other capability and no file
+    system to write but the two capped folders, it grants nothing else. The kernel's bwrap drops it
+    (``--cap-drop ALL``).
+
+    Raises:
+        OSError: a capability could not be dropped (the stage then grades nothing).
+    """
+    libc = _libc()
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for capability in range(last + 1):
+        if capability == CAP_SETFCAP:
+            continue
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            raise OSError(ctypes.get_errno(), f"cannot drop capability {capability} from the bounding set")
+    header = _CapabilityHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapabilityData * 2)()
+    data[0].permitted = 1 << CAP_SETFCAP
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "cannot clear the capabilities")
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot forbid new privileges")
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    for name, allowed in (("CapEff", 0), ("CapPrm", 1 << CAP_SETFCAP), ("CapBnd", 1 << CAP_SETFCAP)):
+        if int(status[name].strip(), 16) & ~allowed:
+            raise OSError(0, f"capabilities are still held ({name} {status[name].strip()})")
+
+
+def enter(limits: Limits, notebook_bytes: int) -> None:
+    """In the sandbox, before anything is read: the two capped folders, then no privilege at all."""
+    mount_quota_folder(ROOT, stage_quota_bytes(limits, notebook_bytes), STAGE_FILES)
+    kernel = os.path.join(ROOT, KERNEL_FOLDER)
+    os.mkdir(kernel, 0o700)
+    mount_quota_folder(kernel, kernel_quota_bytes(limits), KERNEL_FILES)
+    drop_privileges()
+
+
+def main() -> int:
+    """``python -m autograder.sandbox``: a pickled :class:`autograder.grading_stage.StageRequest` on
+    standard input (written by the worker, which is trusted), the response as JSON on standard output."""
+    from autograder.grading_stage import grade_in_stage
+
+    request = pickle.loads(sys.stdin.buffer.read())
+    if request.sandboxed:
+        enter(request.task.limits, request.notebook_bytes)
+    response = grade_in_stage(request)
+    sys.stdout.buffer.write(json.dumps(response, ensure_ascii=True).encode("ascii"))
+    sys.stdout.buffer.flush()
+    return 0
