@@ -321,7 +321,11 @@ def main() -> int:
     request = pickle.loads(sys.stdin.buffer.read())
     if request.sandboxed:
         enter(request.task.limits, request.notebook_bytes)
+    # The answer has standard output to itself: whatever else prints there (a library, nbgrader) goes to
+    # standard error instead.
+    answer = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     response = grade_in_stage(request)
-    sys.stdout.buffer.write(json.dumps(response, ensure_ascii=True).encode("ascii"))
-    sys.stdout.buffer.flush()
+    answer.write(json.dumps(response, ensure_ascii=True).encode("ascii"))
+    answer.flush()
     return 0
