@@ -140,7 +140,7 @@ def _prepare_task(task: Task, submission, released: nbformat.NotebookNode) -> Ta
         task.notebook.write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
         return task
     except Exception as error:  # noqa: BLE001 (one submission's problem stays with it)
-        return write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})")
+        return write_ungraded(task, f"the grader could not read this submission ({type(error).__name__})", grader_failure=True)
 
 
 def _declared_id_note(task: Task, notebook: nbformat.NotebookNode) -> str | None:

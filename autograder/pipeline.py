@@ -200,12 +200,12 @@ def _timeout_notes(log: str) -> list[str]:
     ]
 
 
-def write_ungraded(task: Task, reason: str) -> Result:
-    """0 for every item, with ``reason``, and a feedback page that says so. Never raises: when even the page
-    cannot be written, the result still carries the reason (and report.txt says so)."""
-    result = Result(
-        task.student, task.assignment, zero_items(task.layout, "not graded", reason), list(task.notes), reason
-    )
+def write_ungraded(task: Task, reason: str, *, grader_failure: bool = False) -> Result:
+    """0 for every item, with ``reason``, and a feedback page that says so (``grader_failure``: the grader, not
+    the submission, failed). Never raises: when even the page cannot be written, the result still carries the
+    reason (and report.txt says so)."""
+    items = zero_items(task.layout, "not graded", reason)
+    result = Result(task.student, task.assignment, items, list(task.notes), reason, grader_failure)
     try:
         task.feedback.parent.mkdir(parents=True, exist_ok=True)
         page = ungraded_page(task.student, task.assignment, reason, result.items, result.notes)
@@ -277,7 +277,7 @@ def grade_task(task: Task) -> Result:
             log.append(_nbgrader_step(Autograde, course_root, task, **_autograde_config(task.limits)))
         except NbgraderError as error:
             log.append(str(error))
-            return write_ungraded(task, _failure_reason(str(error), _memory_note(task, group)))
+            return write_ungraded(task, _failure_reason(str(error), _memory_note(task, group)), grader_failure=task.use_cgroup and group is None)
         notes = [*task.notes, *_timeout_notes(log[-1])]
         if note := parameters_note(task):
             notes.append(note)
@@ -303,10 +303,10 @@ def grade_task(task: Task) -> Result:
         )
         task.feedback.parent.mkdir(parents=True, exist_ok=True)
         task.feedback.write_text(add_notes(page.read_text(encoding="utf-8"), notes), encoding="utf-8")
-        return Result(task.student, task.assignment, items, notes)
+        return Result(task.student, task.assignment, items, notes, grader_failure=task.use_cgroup and group is None)
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
         log.append(traceback.format_exc())
-        return write_ungraded(task, "the grader failed on this submission (see its log)")
+        return write_ungraded(task, "the grader failed on this submission (see its log)", grader_failure=True)
     finally:
         if group is not None:
             group.remove()
