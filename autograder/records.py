@@ -4,7 +4,7 @@ restarted) resumes where it stopped.
 The main process writes each result, with its feedback page and log, under ``<out>/.autograder-records/
 <student>/<assignment>/`` as soon as it arrives, with a key: the hash of the submitted file, the course's
 version (:func:`autograder.course.course_version`) and the options that change a grade (limits, timeout,
-sandbox). A later ``grade`` into the same output folder takes a submission whose key is unchanged from there
+sandbox, control group, variants). A later ``grade`` into the same output folder takes a submission whose key is unchanged from there
 instead of grading it again; ``--regrade`` grades everything.
 
 Only verdicts on a submission are reused. A result of the grader's own failure (``Result.grader_failure``: a
