@@ -376,6 +376,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         version = course_version()
         graded_with = {
             "limits": limits, "timeout": options.timeout, "sandbox": problem is None, "variants": options.variants,
+            "cgroup": cgroup_problem is None,
         }
         deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records)
         try:

@@ -4,8 +4,13 @@ restarted) resumes where it stopped.
 The main process writes each result, with its feedback page and log, under ``<out>/.autograder-records/
 <student>/<assignment>/`` as soon as it arrives, with a key: the hash of the submitted file, the course's
 version (:func:`autograder.course.course_version`) and the options that change a grade (limits, timeout,
-sandbox). A later ``grade`` into the same output folder takes a submission whose key is unchanged from there
+sandbox, control group, variants). A later ``grade`` into the same output folder takes a submission whose key is unchanged from there
 instead of grading it again; ``--regrade`` grades everything.
+
+Only verdicts on a submission are reused. A result of the grader's own failure (``Result.grader_failure``: a
+worker that died, an exception in the grader, a full disk, a control group that could not be made) replaces
+any earlier record of its submission, so that the reports of this folder (:meth:`Records.kept`) show it, but
+without a key: the next ``grade`` grades that submission again.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ from pathlib import Path
 from autograder.types import Item, Result
 
 FOLDER = ".autograder-records"
+# How the grader's failures began their reasons before results said so (``grader_failure``): a record written
+# then with one of these reasons is a failure too.
+OLD_GRADER_FAILURES = (
+    "the grader failed on this submission",
+    "the grader's worker process failed (",
+    "the grader's worker failed (",
+    "the grader could not read this submission (",
+    "grading it ended ",
+)
 
 
 def record_key(submitted: bytes, version: str, options: dict) -> str:
@@ -39,7 +53,8 @@ class Records:
 
     def save(self, result: Result, key: str, files: dict[str, Path]) -> None:
         """Keep ``result`` (and copies of its ``files``: feedback page, log, autograded notebook, by name) under
-        ``key``; the record is complete only once its ``result.json`` is written, last."""
+        ``key``; the record is complete only once its ``result.json`` is written, last. A grader failure is
+        written without a key, in place of any earlier record: :meth:`load` never returns it."""
         folder = self._folder(result.student, result.assignment)
         folder.mkdir(parents=True, exist_ok=True)
         for name, source in files.items():
@@ -48,24 +63,26 @@ class Records:
             else:
                 (folder / name).unlink(missing_ok=True)
         partial = folder / "result.json.partial"
-        partial.write_text(json.dumps({"key": key, "result": dataclasses.asdict(result)}))
+        kept_key = None if result.grader_failure else key
+        partial.write_text(json.dumps({"key": kept_key, "result": dataclasses.asdict(result)}))
         partial.replace(folder / "result.json")
 
     def load(self, student: str, assignment: str, key: str, files: dict[str, Path]) -> Result | None:
         """The result kept for this submission under ``key`` (its kept files copied to ``files``' paths), or
-        None when there is none or it was made from another file, course or options."""
+        None when there is none, it was made from another file, course or options, or it is a grader failure."""
         folder = self._folder(student, assignment)
         try:
             data = json.loads((folder / "result.json").read_text())
-        except (OSError, ValueError):
+            result = result_from_json(data["result"])
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        if data.get("key") != key:
+        if data.get("key") != key or result.grader_failure:
             return None
         for name, target in files.items():
             if (folder / name).exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(folder / name, target)
-        return result_from_json(data["result"])
+        return result
 
     def kept(self) -> list[Result]:
         """Every result kept here, whatever its key (the last grade of each submission into this folder)."""
@@ -83,10 +100,15 @@ class Records:
 
 
 def result_from_json(fields: dict) -> Result:
+    """The result that ``dataclasses.asdict`` wrote; one written before ``grader_failure`` existed is a grader
+    failure when its reason is one of :data:`OLD_GRADER_FAILURES`."""
+    reason = fields["reason"]
+    old_failure = isinstance(reason, str) and reason.startswith(OLD_GRADER_FAILURES)
     return Result(
         fields["student"],
         fields["assignment"],
         [Item(**item) for item in fields["items"]],
         list(fields["notes"]),
-        fields["reason"],
+        reason,
+        bool(fields.get("grader_failure", old_failure)),
     )

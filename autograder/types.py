@@ -48,7 +48,9 @@ class Result:
     items: list[Item]
     notes: list[str] = field(default_factory=list)
     reason: str | None = None  # why nothing could be graded
-    grader_failure: bool = False  # the grader, not the submission, failed: never kept as a grade
+    # True when the grader, not the submission, failed (a worker died, the grader raised, a disk was full, the
+    # kernel's control group could not be made): the result is reported but never reused as a grade.
+    grader_failure: bool = False
 
     @property
     def score(self) -> float:

@@ -180,11 +180,11 @@ def _received(future, task: Task, allowed: int) -> Result:
     try:
         shipped = future.result()
     except KilledWorker:
-        return write_ungraded(task, f"grading it ended {allowed + 1} worker(s), more than the scheduler allows ({allowed})")
+        return write_ungraded(task, f"grading it ended {allowed + 1} worker(s), more than the scheduler allows ({allowed})", grader_failure=True)
     except Exception as error:  # one task's failure stays with its submission
         if _lost(error):
             raise
-        return write_ungraded(task, f"the grader's worker failed ({type(error).__name__}: {str(error)[:300]})")
+        return write_ungraded(task, f"the grader's worker failed ({type(error).__name__}: {str(error)[:300]})", grader_failure=True)
     written = [(shipped.feedback, task.feedback), (shipped.log, task.log)]
     if shipped.autograded and task.autograded is not None:
         written.append((shipped.autograded, task.autograded))

@@ -44,5 +44,5 @@ def run_local(
             try:
                 result = future.result()
             except Exception as error:  # noqa: BLE001 (the worker process itself died)
-                result = write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})")
+                result = write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})", grader_failure=True)
             deliver(result)

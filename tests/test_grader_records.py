@@ -1,0 +1,173 @@
+"""The records a resumed ``grade`` reads keep verdicts on submissions, never the grader's own failures.
+
+A verdict (a grade, or a notebook that could not be graded because of what it is) is reused by a later grade
+of the same file with the same course and options. A failure of the grader (a worker that died, an exception
+in the grader) is reported once and graded again the next time, and so is a record kept before results said
+which they were, when its reason is one of the grader's failures.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autograder.executors import local
+from autograder.records import FOLDER, Records, record_key
+from autograder.types import Item, LayoutItem, Result, Task
+
+KEY = "a" * 64
+OPTIONS = {"limits": "Limits(memory_mb=2048)", "timeout": 60, "sandbox": True, "variants": True}
+
+
+def _verdict(student: str = "s1") -> Result:
+    return Result(
+        student,
+        "01_permutation",
+        [Item("perm-1", 2.0, 2.0, "passed"), Item("perm-2", 0.0, 3.0, "failed", "AssertionError: wrong order")],
+        ["a note"],
+    )
+
+
+def _failure(student: str = "s1") -> Result:
+    reason = "the grader failed on this submission (see its log)"
+    items = [Item("perm-1", 0.0, 2.0, "not graded", reason), Item("perm-2", 0.0, 3.0, "not graded", reason)]
+    return Result(student, "01_permutation", items, [], reason, grader_failure=True)
+
+
+def _files(folder: Path, page: str) -> dict[str, Path]:
+    """A feedback page and a log, as a grade writes them before it keeps them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "feedback.html").write_text(page)
+    (folder / "log.txt").write_text("the log")
+    return {"feedback.html": folder / "feedback.html", "log.txt": folder / "log.txt"}
+
+
+def _targets(folder: Path) -> dict[str, Path]:
+    return {"feedback.html": folder / "feedback.html", "log.txt": folder / "log.txt"}
+
+
+def test_a_verdict_is_kept_and_reused_with_its_files(tmp_path):
+    records = Records(tmp_path / "out")
+    records.save(_verdict(), KEY, _files(tmp_path / "first", "<p>2 of 5</p>"))
+    loaded = records.load("s1", "01_permutation", KEY, _targets(tmp_path / "second"))
+    assert loaded == _verdict()
+    assert loaded.grader_failure is False
+    assert (tmp_path / "second" / "feedback.html").read_text() == "<p>2 of 5</p>"
+
+
+def test_a_grader_failure_is_not_reused(tmp_path):
+    records = Records(tmp_path / "out")
+    records.save(_failure(), KEY, _files(tmp_path / "first", "<p>not graded</p>"))
+    assert records.load("s1", "01_permutation", KEY, _targets(tmp_path / "second")) is None
+    assert not (tmp_path / "second" / "feedback.html").exists()
+
+
+def test_a_grader_failure_replaces_the_earlier_verdict_of_its_submission(tmp_path):
+    # A --regrade whose grader failed: the verdict kept before is no longer the submission's last grade.
+    records = Records(tmp_path / "out")
+    records.save(_verdict(), KEY, _files(tmp_path / "first", "<p>2 of 5</p>"))
+    records.save(_failure(), KEY, _files(tmp_path / "second", "<p>not graded</p>"))
+    assert records.load("s1", "01_permutation", KEY, _targets(tmp_path / "third")) is None
+    # The reports of the folder (feedback.handgraded) still show the failure, not the older grade.
+    assert records.kept() == [_failure()]
+
+
+def test_a_verdict_after_a_grader_failure_is_reused(tmp_path):
+    records = Records(tmp_path / "out")
+    records.save(_failure(), KEY, _files(tmp_path / "first", "<p>not graded</p>"))
+    records.save(_verdict(), KEY, _files(tmp_path / "second", "<p>2 of 5</p>"))
+    assert records.load("s1", "01_permutation", KEY, _targets(tmp_path / "third")) == _verdict()
+
+
+def _old_record(out: Path, reason: str | None) -> None:
+    """A record as the grader wrote it before results carried ``grader_failure``."""
+    folder = out / FOLDER / "s1" / "01_permutation"
+    folder.mkdir(parents=True)
+    result = {
+        "student": "s1",
+        "assignment": "01_permutation",
+        "items": [{"grade_id": "perm-1", "score": 0.0, "max_score": 2.0, "status": "not graded", "message": ""}],
+        "notes": [],
+        "reason": reason,
+    }
+    (folder / "result.json").write_text(json.dumps({"key": KEY, "result": result}))
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "the grader failed on this submission (see its log)",
+        "the grader's worker process failed (BrokenProcessPool)",
+        "the grader's worker failed (OSError: [Errno 28] No space left on device)",
+        "grading it ended 4 worker(s), more than the scheduler allows (3)",
+        "the grader could not read this submission (PermissionError)",
+    ],
+)
+def test_an_old_record_of_a_grader_failure_is_not_reused(tmp_path, reason):
+    _old_record(tmp_path / "out", reason)
+    assert Records(tmp_path / "out").load("s1", "01_permutation", KEY, {}) is None
+
+
+@pytest.mark.parametrize(
+    "reason", [None, "the file is not a notebook (it is not JSON)", "the folder holds no notebook"]
+)
+def test_an_old_record_of_a_verdict_is_reused(tmp_path, reason):
+    _old_record(tmp_path / "out", reason)
+    loaded = Records(tmp_path / "out").load("s1", "01_permutation", KEY, {})
+    assert loaded == Result("s1", "01_permutation", [Item("perm-1", 0.0, 2.0, "not graded")], [], reason)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"submitted": b'{"cells": [1]}'},
+        {"version": "course-2"},
+        {"options": {**OPTIONS, "timeout": 120}},
+        {"options": {**OPTIONS, "limits": "Limits(memory_mb=4096)"}},
+        {"options": {**OPTIONS, "sandbox": False}},
+        {"options": {**OPTIONS, "variants": False}},
+        {"options": {**OPTIONS, "cgroup": False}},
+    ],
+    ids=["file", "course", "timeout", "limits", "sandbox", "variants", "new option"],
+)
+def test_a_verdict_made_from_another_file_course_or_options_is_not_reused(tmp_path, changed):
+    kept_with = {"submitted": b'{"cells": []}', "version": "course-1", "options": OPTIONS}
+    records = Records(tmp_path / "out")
+    records.save(_verdict(), record_key(**kept_with), {})
+    assert records.load("s1", "01_permutation", record_key(**kept_with), {}) == _verdict()
+    asked_with = {**kept_with, **changed}
+    assert records.load("s1", "01_permutation", record_key(**asked_with), {}) is None
+
+
+def _worker_dies(task: Task) -> Result:
+    """Stands in for grade_task in a worker process: the process ends at once, as one killed by the system."""
+    os._exit(9)
+
+
+def _task(tmp_path: Path, student: str) -> Task:
+    return Task(
+        student=student,
+        assignment="01_permutation",
+        notebook=tmp_path / student / "01_permutation.ipynb",
+        template=tmp_path / "template",
+        directory=tmp_path / student / "work",
+        layout=(LayoutItem("perm-1", 2.0, "code"), LayoutItem("perm-2", 3.0, "code")),
+        notes=(),
+        feedback=tmp_path / "feedback" / student / "01_permutation.html",
+        log=tmp_path / "logs" / student / "01_permutation.log",
+        timeout=60,
+    )
+
+
+def test_a_submission_whose_worker_died_is_graded_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "grade_task", _worker_dies)
+    (tmp_path / "worker-logs").mkdir()
+    delivered: list[Result] = []
+    local.run_local([_task(tmp_path, "s1")], 1, tmp_path / "jupyter", tmp_path / "worker-logs", delivered.append)
+    assert [(result.student, result.grader_failure) for result in delivered] == [("s1", True)]
+    assert delivered[0].reason.startswith("the grader's worker process failed (")
+    assert [item.status for item in delivered[0].items] == ["not graded", "not graded"]
+    records = Records(tmp_path / "out")
+    records.save(delivered[0], KEY, {"feedback.html": tmp_path / "feedback" / "s1" / "01_permutation.html"})
+    assert records.load("s1", "01_permutation", KEY, {}) is None
