@@ -31,6 +31,7 @@ from autograder.feedback.pages import add_notes, ungraded_page
 from autograder.grading_stage import StageRequest
 from autograder.sandbox import cgroups
 from autograder.sandbox.stage import (
+    HOME,
     ROOT,
     STAGE_MEMORY_MB,
     StageOutcome,
@@ -89,7 +90,7 @@ def _start_stage(task: Task, group: cgroups.KernelGroup | None) -> StageOutcome:
     if task.use_bwrap:
         request = StageRequest(task, released, ROOT, True, size)
         argv = bwrap_stage_argv(task.template, jupyter, task.notebook, extra=task.readable)
-        environment, cwd = stage_environment(jupyter, "/tmp"), None
+        environment, cwd = stage_environment(jupyter, HOME), None
     else:
         root = task.directory / "grading"
         (root / "home").mkdir(parents=True)

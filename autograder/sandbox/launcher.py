@@ -121,6 +121,10 @@ class Settings:
 
 
 NOBODY = 65534
+# The kernel's settings (/proc/sys) read-only, bound over the new /proc. A user namespace made by a grader that
+# runs as root maps its users onto root, and Linux lets root's uid write the machine-wide settings (such as
+# kernel.core_pattern, a program run as root) by the file's mode alone, without any capability.
+PROC_SYS_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys")
 BASE_OPTIONS = (
     *("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"),
     *("--uid", str(NOBODY), "--gid", str(NOBODY)),
@@ -152,7 +156,7 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
         for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
             argv += ["--bind", os.path.join(settings.writable, name), path]
     else:
-        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev"]
         for path in ("/tmp", "/dev/shm"):
             argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
     for folder in SYSTEM_FOLDERS:

@@ -48,10 +48,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.sandbox.launcher import ETC_FILES, MEGABYTE, REPOSITORY, SYSTEM_FOLDERS, Limits
+from autograder.sandbox.launcher import ETC_FILES, MEGABYTE, PROC_SYS_READ_ONLY, REPOSITORY, SYSTEM_FOLDERS, Limits
 
 ROOT = "/grading"
 KERNEL_FOLDER = "kernel"
+HOME = f"{ROOT}/home"  # the stage's HOME and TMPDIR
 STAGE_MEMORY_MB = 2048  # nbgrader, nbconvert, SQLite and the verdicts' checks, beside the kernel
 STAGE_FILES = 20_000  # files and folders in /grading: a course copy is a few dozen
 KERNEL_FILES = 10_000  # files and folders the kernel may create, all of its writable places together
@@ -69,6 +70,11 @@ class StageOutcome:
     errors: bytes
     returncode: int | None
     stopped: str | None = None
+
+
+def max_response_bytes() -> int:
+    """The most a stage may answer (read at each call, so that a test can lower it)."""
+    return MAX_RESPONSE_BYTES
 
 
 def stage_seconds(limits: Limits) -> int:
@@ -111,7 +117,9 @@ def bwrap_stage_argv(template: Path, jupyter: Path, notebook: Path, extra: tuple
     # CAP_SYS_ADMIN for the two mounts, CAP_SETPCAP to empty the bounding set after them (drop_privileges).
     # CAP_SETFCAP stays (see drop_privileges).
     argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SETFCAP"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
+    # that insist.
+    argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", "--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
     for folder in SYSTEM_FOLDERS:
         if os.path.islink(folder):
             argv += ["--symlink", os.readlink(folder), folder]
@@ -185,10 +193,11 @@ def run_stage(
     *,
     cwd: str | None = None,
     join_group=None,
+    seconds: float | None = None,
 ) -> StageOutcome:
     """Run a stage: ``request`` on its standard input, its standard output kept up to
     :data:`MAX_RESPONSE_BYTES`, the end of its standard error; its whole process group killed after
-    :func:`stage_seconds` of wall-clock time. ``join_group`` (a control group's ``join``) runs in the child
+    ``seconds`` of wall-clock time (default :func:`stage_seconds`). ``join_group`` (a control group's ``join``) runs in the child
     before it executes bwrap. Never raises for what the stage does."""
 
     def before_exec() -> None:
@@ -203,7 +212,7 @@ def run_stage(
     response: list[bytes] = []
     errors: list[bytes] = []
     readers = [
-        threading.Thread(target=_drain, args=(process.stdout, MAX_RESPONSE_BYTES, response), daemon=True),
+        threading.Thread(target=_drain, args=(process.stdout, max_response_bytes(), response), daemon=True),
         threading.Thread(target=_drain, args=(process.stderr, MAX_ERROR_BYTES, errors), daemon=True),
     ]
     for reader in readers:
@@ -214,18 +223,18 @@ def run_stage(
         process.stdin.close()
     except (BrokenPipeError, OSError):
         pass
-    deadline = time.monotonic() + stage_seconds(limits)
+    seconds = stage_seconds(limits) if seconds is None else seconds
     try:
-        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
-        stopped = f"grading took longer than {stage_seconds(limits)} seconds in all and was stopped"
+        stopped = f"grading took longer than {seconds:g} seconds in all and was stopped"
     finally:
         _kill_group(process)
     for reader in readers:
         reader.join(timeout=30)
     output = b"".join(response)
     if output.endswith(b"\0over"):
-        output, stopped = b"", stopped or f"the grading stage answered more than {MAX_RESPONSE_BYTES} bytes"
+        output, stopped = b"", stopped or f"the grading stage answered more than {max_response_bytes()} bytes"
     return StageOutcome(output, b"".join(errors).removesuffix(b"\0over"), process.returncode, stopped)
 
 
@@ -310,6 +319,7 @@ def enter(limits: Limits, notebook_bytes: int) -> None:
     kernel = os.path.join(ROOT, KERNEL_FOLDER)
     os.mkdir(kernel, 0o700)
     mount_quota_folder(kernel, kernel_quota_bytes(limits), KERNEL_FILES)
+    os.mkdir(HOME, 0o700)
     drop_privileges()
 
 

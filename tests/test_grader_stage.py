@@ -1,0 +1,313 @@
+"""The grading stage (autograder/sandbox/stage.py) and what crosses back from it (autograder/crossing.py).
+
+The stage is where a student's bytes are read; these tests run its sandbox for real (bwrap), with a small
+script in place of the grading, and check what it promises: the capped folders, no capability, a memory the
+nested kernel cannot read, a wall-clock limit that ends the whole process group, a bounded answer; and that
+the worker accepts an answer only of the exact shape it expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from autograder import crossing
+from autograder.crossing import AnswerError, check_autograded, read_answer
+from autograder.sandbox import stage
+from autograder.sandbox.launcher import Limits, bwrap_problem
+from autograder.sandbox.stage import bwrap_stage_argv, run_stage, stage_environment
+from autograder.types import LayoutItem
+
+LAYOUT = (LayoutItem("first_test", 2.0, "code"), LayoutItem("written", 3.0, "markdown"))
+
+
+def _notebook_text(outputs=()) -> str:
+    notebook = new_notebook(cells=[new_code_cell("x = 1", outputs=list(outputs))])
+    return nbformat.writes(notebook)
+
+
+def _answer(**changes) -> dict:
+    answer = {
+        "items": [
+            {"grade_id": "first_test", "score": 2.0, "max_score": 2.0, "status": "passed", "message": ""},
+            {"grade_id": "written", "score": 0.0, "max_score": 3.0, "status": "manual", "message": "to be graded"},
+        ],
+        "notes": ["a note"],
+        "reason": None,
+        "feedback": "<html><body>page</body></html>",
+        "autograded": _notebook_text(),
+        "log": "log",
+    }
+    answer.update(changes)
+    return answer
+
+
+def _read(answer: dict):
+    return read_answer(json.dumps(answer).encode("ascii"), LAYOUT)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What crosses back
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_well_formed_answer_is_accepted_with_the_release_s_points():
+    answer = _read(_answer())
+    assert [(item.grade_id, item.score, item.max_score, item.status) for item in answer.items] == [
+        ("first_test", 2.0, 2.0, "passed"),
+        ("written", 0.0, 3.0, "manual"),
+    ]
+    assert answer.notes == ["a note"] and answer.reason is None and answer.failure is None
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"extra": 1}, "keys among"),
+        ({"notes": "not a list"}, "notes must be a list"),
+        ({"notes": [1]}, "not text"),
+        ({"notes": ["x" * (crossing.MAX_NOTE + 1)]}, "characters"),
+        ({"log": ["x"]}, "not text"),
+        ({"items": []}, "one per graded cell"),
+        ({"feedback": None}, "must hold the feedback page"),
+    ],
+)
+def test_an_answer_of_another_shape_is_refused(change, words):
+    with pytest.raises(AnswerError, match=words):
+        _read(_answer(**change))
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("grade_id", "another_test", "names another cell"),
+        ("max_score", 20.0, "names another cell"),
+        ("score", 2.5, "outside 0..2.0"),
+        ("score", -1.0, "outside"),
+        ("score", "2", "not a number"),
+        ("score", True, "not a number"),
+        ("score", float("nan"), "not a number"),
+        ("status", "hand-graded", "not one of"),
+        ("message", "m" * (crossing.MAX_MESSAGE + 1), "characters"),
+    ],
+)
+def test_a_forged_item_is_refused(field, value, words):
+    answer = _answer()
+    answer["items"][0][field] = value
+    data = json.dumps(answer, allow_nan=True).encode("ascii")
+    with pytest.raises(AnswerError, match=words):
+        read_answer(data, LAYOUT)
+
+
+def test_an_answer_that_is_not_ascii_json_is_refused():
+    for data in (b"", b"{", "{\"log\": \"\u00e9\"}".encode(), b"[" * 100_000 + b"]" * 100_000):
+        with pytest.raises(AnswerError):
+            read_answer(data, LAYOUT)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        new_output("display_data", data={"application/javascript": "alert(1)"}),
+        new_output("display_data", data={"text/html": "<b>x</b>", "image/svg+xml": "<svg onload=alert(1)>"}),
+        new_output("display_data", data={"image/png": "iVBORw0KGgo="}, metadata={"image/png": {"width": "1 onerror=alert(1)"}}),
+        new_output("display_data", data={"image/png": "iVBORw0KGgo="}, metadata={"image/png": {"width": 0}}),
+        new_output("display_data", data={"image/png": "iVBORw0KGgo="}, metadata={"image/png": {"alt": "x"}}),
+        new_output("display_data", data={"text/plain": "x"}, metadata={"isolated": True}),
+        new_output("execute_result", data={"text/plain": "x"}, metadata={"application/json": {"a": 1}}, execution_count=1),
+    ],
+)
+def test_an_autograded_notebook_with_outputs_outside_the_allowlist_is_refused(output):
+    with pytest.raises(AnswerError):
+        check_autograded(_notebook_text([output]))
+
+
+def test_an_autograded_notebook_with_allowed_outputs_passes():
+    outputs = [
+        new_output("stream", name="stdout", text="hello"),
+        new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}, metadata={"image/png": {"width": 640, "height": 480}}),
+        new_output("execute_result", data={"text/html": "<b>x</b>", "text/plain": "x"}, execution_count=1),
+    ]
+    check_autograded(_notebook_text(outputs))
+
+
+def test_an_autograded_cell_with_other_metadata_is_refused():
+    notebook = new_notebook(cells=[new_code_cell("x = 1", metadata={"jupyter": {"source_hidden": True}})])
+    with pytest.raises(AnswerError, match="allowlist"):
+        check_autograded(nbformat.writes(notebook))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage's process: wall clock, answer size
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_stage_past_its_wall_clock_is_ended_with_every_process_it_started(tmp_path):
+    marker = tmp_path / "grandchild.pid"
+    script = textwrap.dedent(
+        f"""
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "300"])
+        open({str(marker)!r}, "w").write(str(child.pid))
+        time.sleep(300)
+        """
+    )
+    started = time.monotonic()
+    outcome = run_stage(b"", [sys.executable, "-c", script], dict(os.environ), Limits(), seconds=3)
+    assert time.monotonic() - started < 60
+    assert outcome.stopped == "grading took longer than 3 seconds in all and was stopped"
+    grandchild = Path(f"/proc/{int(marker.read_text())}/stat")
+    time.sleep(0.5)
+    # gone, or a zombie waiting for a parent that reaps it (a container's first process may not)
+    assert not grandchild.exists() or grandchild.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_an_answer_beyond_its_size_is_dropped_whole(monkeypatch):
+    monkeypatch.setattr(stage, "MAX_RESPONSE_BYTES", 1000)
+    script = "import sys; sys.stdout.write('x' * 5000)"
+    outcome = run_stage(b"", [sys.executable, "-c", script], dict(os.environ), Limits(), seconds=60)
+    assert outcome.response == b""
+    assert outcome.stopped == "the grading stage answered more than 1000 bytes"
+
+
+def test_a_stage_reads_its_request_and_answers(monkeypatch):
+    script = "import sys; data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data[::-1])"
+    outcome = run_stage(b"abc", [sys.executable, "-c", script], dict(os.environ), Limits(), seconds=60)
+    assert (outcome.response, outcome.returncode, outcome.stopped) == (b"cba", 0, None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage's sandbox, for real
+# ---------------------------------------------------------------------------------------------------------
+
+needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot run here: {bwrap_problem()}")
+
+
+def _in_stage(tmp_path: Path, script: str, limits: Limits) -> subprocess.CompletedProcess:
+    """Run ``script`` where the grading stage runs, after :func:`autograder.sandbox.stage.enter`."""
+    notebook = tmp_path / "submitted.ipynb"
+    notebook.write_text("{}")
+    jupyter = tmp_path / "jupyter"
+    jupyter.mkdir()
+    argv = bwrap_stage_argv(tmp_path, jupyter, notebook)[:-3]
+    prologue = f"from autograder.sandbox.stage import enter\nfrom autograder.sandbox.launcher import Limits\nenter(Limits(**{limits.__dict__!r}), 100)\n"
+    return subprocess.run(
+        [*argv, sys.executable, "-c", prologue + textwrap.dedent(script)],
+        env=stage_environment(jupyter, stage.HOME), capture_output=True, text=True, timeout=180, check=False,
+    )
+
+
+@needs_bwrap
+def test_the_stage_holds_no_capability_and_writes_only_its_capped_folders(tmp_path):
+    result = _in_stage(
+        tmp_path,
+        """
+        import os
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+        print("effective", status["CapEff"].strip(), "nnp", status["NoNewPrivs"].strip())
+        for place in ("/usr/x", "/etc/x", "/x"):
+            try:
+                with open(place, "w") as handle:
+                    handle.write("x")
+                print("wrote", place)
+            except OSError as error:
+                print("refused", place)
+        # opened for writing, never written: a machine-wide setting must not even open
+        for place in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sys/vm/drop_caches"):
+            try:
+                os.close(os.open(place, os.O_WRONLY))
+                print("wrote", place)
+            except OSError as error:
+                print("refused", place)
+        count = 0
+        try:
+            while True:
+                open(f"/grading/f{count}", "w").close()
+                count += 1
+        except OSError as error:
+            print("files", count, error.errno)
+        """,
+        Limits(tmp_mb=4),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "effective 0000000000000000 nnp 1"
+    assert [line for line in lines if line.startswith("wrote")] == []
+    files, code = lines[-1].split()[1:]
+    # the home folder and the kernel's folder take two of the stage's STAGE_FILES inodes (plus the root)
+    assert int(files) <= stage.STAGE_FILES and int(files) >= stage.STAGE_FILES - 5 and code == "28"
+
+
+@needs_bwrap
+def test_the_nested_kernel_writes_within_its_quota_and_cannot_read_the_stage(tmp_path):
+    kernel_script = textwrap.dedent(
+        """
+        import os
+        for place in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe"):
+            try:
+                os.close(os.open(place, os.O_WRONLY))  # opened, never written
+                print("writable", place)
+            except OSError:
+                pass
+        readable = []
+        for pid in [os.environ["STAGE_PID"]]:
+            for name in ("environ", "mem", "maps"):
+                try:
+                    with open(f"/proc/{pid}/{name}", "rb") as handle:
+                        handle.read(1)
+                    readable.append(f"{pid}/{name}")
+                except OSError:
+                    pass
+        print("readable", ",".join(readable) or "none")
+        written = 0
+        try:
+            with open("/tmp/big", "wb") as handle:
+                while True:
+                    handle.write(b"x" * 65536)
+                    handle.flush()
+                    written += 65536
+        except OSError as error:
+            print("bytes", written, error.errno)
+        os.remove("/tmp/big")
+        count = 0
+        try:
+            while True:
+                open(f"/dev/shm/f{count}", "w").close()
+                count += 1
+        except OSError as error:
+            print("files", count, error.errno)
+        """
+    )
+    result = _in_stage(
+        tmp_path,
+        f"""
+        import os, subprocess, sys
+        from autograder.sandbox.launcher import Settings, bwrap_argv, kernel_environment
+        kernel = "/grading/kernel"
+        for name in ("tmp", "shm", "runtime"):
+            os.mkdir(f"{{kernel}}/{{name}}")
+        settings = Settings(scratch=kernel + "/tmp", runtime=kernel + "/runtime", limits=Limits(tmp_mb=4), writable=kernel)
+        argv = bwrap_argv(settings, [sys.executable, "-c", {kernel_script!r}])
+        environment = {{**kernel_environment(settings), "STAGE_PID": str(os.getpid())}}
+        done = subprocess.run(argv, env=environment, capture_output=True, text=True)
+        print(done.stdout, done.stderr, sep="")
+        """,
+        Limits(tmp_mb=4),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines["readable"] == "none", result.stdout
+    assert "writable" not in lines, result.stdout
+    written, code = lines["bytes"].split()
+    assert int(written) <= stage.kernel_quota_bytes(Limits(tmp_mb=4)) and code == "28"
+    files, code = lines["files"].split()
+    assert int(files) < stage.KERNEL_FILES and code == "28"
