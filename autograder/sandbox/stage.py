@@ -44,11 +44,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.sandbox.launcher import ETC_FILES, MEGABYTE, PROC_SYS_READ_ONLY, REPOSITORY, SYSTEM_FOLDERS, Limits
+from autograder.sandbox.launcher import (
+    ETC_FILES,
+    MEGABYTE,
+    PROC_SYS_READ_ONLY,
+    REPOSITORY,
+    SYSTEM_FOLDERS,
+    Limits,
+)
 
 ROOT = "/grading"
 KERNEL_FOLDER = "kernel"
