@@ -8,6 +8,7 @@ the worker accepts an answer only of the exact shape it expects.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -311,3 +312,95 @@ def test_the_nested_kernel_writes_within_its_quota_and_cannot_read_the_stage(tmp
     assert int(written) <= stage.kernel_quota_bytes(Limits(tmp_mb=4)) and code == "28"
     files, code = lines["files"].split()
     assert int(files) < stage.KERNEL_FILES and code == "28"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Through `grade`, as an instructor runs it
+# ---------------------------------------------------------------------------------------------------------
+
+ASSIGNMENT = "01_permutation"
+
+
+def _class_with(tmp_path: Path, answers: dict[str, dict[str, str]]) -> Path:
+    from planted import filled, solutions, write_submission
+
+    root = tmp_path / "class"
+    for student, changed in answers.items():
+        write_submission(root, student, ASSIGNMENT, filled(ASSIGNMENT, {**solutions(ASSIGNMENT), **changed}))
+    return root
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_notebook_past_its_wall_clock_cap_is_stopped_and_told(tmp_path):
+    """Every cell keeps under the per-cell limit, but together they pass the cap per notebook: the cells after
+    the cap are not run, their tests fail, and the feedback and report.txt say why."""
+    from autograder.grade import grade
+
+    sleeper = "import time\ntime.sleep(200)\n"  # under the cell's limit (300 s), past the notebook's (60 s)
+    root = _class_with(tmp_path, {"slow": {"equivariance_answer": sleeper + solutions_of("equivariance_answer")}})
+    out = tmp_path / "out"
+    started = time.monotonic()
+    results = grade(root, out, jobs=1, timeout=300, limits=Limits(notebook_seconds=60), regrade=True)
+    assert time.monotonic() - started < 200
+    (result,) = results
+    statuses = {item.grade_id: item.status for item in result.items}
+    assert statuses["attention_test"] == "passed"  # before the cap
+    assert statuses["equivariance_test"] == statuses["blind_test"] == "failed"  # after it: not run
+    cap_note = "the notebook ran for its 60 seconds in all (the grader's cap per notebook)"
+    assert any(note.startswith(cap_note) for note in result.notes)
+    page = (out / "feedback" / "slow" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert html.escape(cap_note) in page
+    assert cap_note in (out / "report.txt").read_text()
+
+
+def solutions_of(grade_id: str) -> str:
+    from planted import solutions
+
+    return solutions(ASSIGNMENT)[grade_id]
+
+
+@pytest.mark.slow
+def test_grade_refuses_to_run_without_a_sandbox_unless_told(tmp_path):
+    """`python -m autograder grade` where bwrap cannot be found: nothing is graded, the terminal says why and
+    how to go on; with --no-sandbox it grades and says plainly what is unprotected."""
+    from planted import ROOT, command_environment
+
+    root = _class_with(tmp_path, {"s1": {}})
+    environment = command_environment()
+    environment["PATH"] = str(tmp_path / "no-programs-here")  # no bwrap on it (nor anything else)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "autograder", "grade", str(root), "--out", str(out), "--no-progress"]
+    refused = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300, check=False)
+    assert refused.returncode == 2
+    assert "no submission was graded: the sandbox cannot run on this machine (bwrap is not installed" in refused.stderr
+    assert "--no-sandbox" in refused.stderr
+    assert not (out / "grades.csv").exists()
+    allowed = subprocess.run(
+        [*command, "--no-sandbox"], cwd=ROOT, env=command_environment(), capture_output=True, text=True, timeout=600,
+        check=False,
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert "grading WITHOUT a sandbox (--no-sandbox)" in allowed.stderr
+    assert "it can read every file that user can read" in allowed.stderr
+    assert (out / "grades.csv").read_text().count("s1") == 1
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_kernel_cannot_open_the_machine_s_settings_for_writing(tmp_path):
+    """A grader running as root maps the sandbox's users onto root; the kernel still cannot open a machine-wide
+    setting (a program the machine runs as root) for writing. The probe opens, never writes."""
+    from autograder.grade import grade
+
+    probe = (
+        "import os\nopened = []\n"
+        "for place in ('/proc/sys/kernel/core_pattern', '/proc/sys/kernel/modprobe', '/proc/sysrq-trigger'):\n"
+        "    try:\n        os.close(os.open(place, os.O_WRONLY))\n        opened.append(place)\n"
+        "    except OSError:\n        pass\n"
+        "assert not opened, opened\n"
+    )
+    root = _class_with(tmp_path, {"prober": {"attention_answer": probe + solutions_of("attention_answer")}})
+    (result,) = grade(root, tmp_path / "out", jobs=1, regrade=True)
+    statuses = {item.grade_id: item.status for item in result.items}
+    assert statuses["attention_test"] == "passed", result.items
