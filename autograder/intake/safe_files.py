@@ -159,9 +159,10 @@ class Folder:
         finally:
             os.close(descriptor)
 
-    def entries(self, limit: int = MAX_ENTRIES_PER_FOLDER) -> tuple[list[tuple[str, str]], bool]:
-        """(name, kind) of at most ``limit`` names in this folder, sorted (kinds as :class:`Entry`'s), and
-        whether more were left out."""
+    def entries(self, limit: int | None = None) -> tuple[list[tuple[str, str]], bool]:
+        """(name, kind) of at most ``limit`` (default :data:`MAX_ENTRIES_PER_FOLDER`) names in this folder,
+        sorted (kinds as :class:`Entry`'s), and whether more were left out."""
+        limit = MAX_ENTRIES_PER_FOLDER if limit is None else limit
         found = []
         with os.scandir(self.descriptor) as listing:
             for item in listing:
