@@ -3,8 +3,9 @@
 A submission's path is exactly ``<student>/<assignment>/<notebook>.ipynb`` below the class's root; any other
 notebook is reported and never matched to a student by the tail of its path. The root is the folder (or the
 zip's top level), or the one folder it holds when that folder is not itself a student's (a zip of nbgrader's
-``submitted/`` works as well as a zip of its content). Only notebooks are read, never other files a student
-put next to them (a ``.py`` file could otherwise shadow a module the tests import). A zip is read member by
+``submitted/`` works as well as a zip of its content). Only notebooks are read, and the two small files
+nbgrader's collect leaves next to them, never other files a student put there (a ``.py`` file could otherwise
+shadow a module the tests import). A zip is read member by
 member: absolute paths, ``..``, links, and archives beyond the size limits are refused, nothing but
 notebooks and folders are extracted, and a member that cannot be written (a name too long, a file where a
 folder is, a folder where a file is) is skipped with a warning.
