@@ -339,7 +339,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
         root, warnings_found = _submission_root(path, work)
-        collection = collect(root, ASSIGNMENTS)
+        collection = collect(root, ASSIGNMENTS, received=work / "received")
         warnings_found += collection.warnings
         assignments = sorted({submission.assignment for submission in collection.submissions})
         course = TemporaryCourse(work / "template", assignments)

@@ -306,7 +306,7 @@ def test_collect_finds_student_assignment_folders_and_reports_the_rest(tmp_path)
     write_notebook(tmp_path / "class" / "eve" / "homework" / "04_relative.ipynb", released)
     write_notebook(tmp_path / "class" / "bad id!" / "04_relative" / "04_relative.ipynb", released)
     (tmp_path / "class" / "carl" / "03_learned").mkdir(parents=True)
-    collection = collect(tmp_path / "class", ASSIGNMENTS)
+    collection = collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received")
     found = {(s.student, s.assignment): s for s in collection.submissions}
     assert set(found) == {("ada", "04_relative"), ("bob", "04_relative"), ("carl", "03_learned")}
     assert found["bob", "04_relative"].path.name == "Untitled.ipynb"

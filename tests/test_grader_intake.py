@@ -31,16 +31,19 @@ def _put(root: Path, relative: str, content: bytes | None = None) -> Path:
 
 
 def test_only_student_assignment_notebook_paths_are_submissions(tmp_path):
-    _put(tmp_path, "victim/01_permutation/01_permutation.ipynb")
+    root = tmp_path / "class"
+    _put(root, "victim/01_permutation/01_permutation.ipynb")
     forged = "aaron/01_permutation/victim/01_permutation/01_permutation.ipynb"
-    _put(tmp_path, forged)
-    _put(tmp_path, "stray.ipynb")
-    collection = collect(tmp_path, ASSIGNMENTS)
+    _put(root, forged)
+    _put(root, "stray.ipynb")
+    received = tmp_path / "received"
+    collection = collect(root, ASSIGNMENTS, received)
     found = {(s.student, s.assignment): s.path for s in collection.submissions}
     assert found == {
-        ("victim", "01_permutation"): tmp_path / "victim" / "01_permutation" / "01_permutation.ipynb",
+        ("victim", "01_permutation"): received / "victim" / "01_permutation" / "01_permutation.ipynb",
         ("aaron", "01_permutation"): None,  # his folder holds no notebook of its own
     }
+    assert found["victim", "01_permutation"].read_bytes() == RELEASED.read_bytes()
     assert any(warning.startswith(forged) and "not graded" in warning for warning in collection.warnings)
     assert any(warning.startswith("stray.ipynb") for warning in collection.warnings)
 
@@ -49,7 +52,7 @@ def test_a_wrapping_folder_is_the_class_root_but_a_single_student_is_not(tmp_pat
     _put(tmp_path / "wrapped", "submitted/ada/01_permutation/01_permutation.ipynb")
     _put(tmp_path / "single", "ada/01_permutation/01_permutation.ipynb")
     for root in (tmp_path / "wrapped", tmp_path / "single"):
-        collection = collect(root, ASSIGNMENTS)
+        collection = collect(root, ASSIGNMENTS, tmp_path / "received" / root.name)
         assert [(s.student, s.assignment) for s in collection.submissions] == [("ada", "01_permutation")], root
 
 
@@ -76,11 +79,11 @@ def test_a_zip_that_fights_back_loses_only_its_own_members(tmp_path):
 
 
 def test_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):
-    folder = tmp_path / "ada" / "01_permutation"
+    folder = tmp_path / "class" / "ada" / "01_permutation"
     folder.mkdir(parents=True)
     name = os.fsdecode(b"r\xe9sum\xe9.ipynb")  # Latin-1 bytes: not UTF-8
     (folder / name).write_bytes(RELEASED.read_bytes())
-    collection = collect(tmp_path, ASSIGNMENTS)
+    collection = collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received")
     [submission] = collection.submissions
     assert submission.notes == ("no 01_permutation.ipynb in the folder; r\\xe9sum\\xe9.ipynb was graded in its place",)
     "".join(submission.notes).encode("utf-8")  # can be written anywhere

@@ -5,7 +5,8 @@ cannot grade a file that is not a notebook, and a deleted test cell would simply
 each submission is compared with the released notebook of its assignment:
 
 - a file that is not UTF-8 JSON, or not a valid notebook, cannot be graded: every item gets 0 and the
-  feedback gives the reason;
+  feedback gives the reason; so does a link, a pipe or a device, or a file larger than
+  :data:`MAX_NOTEBOOK_BYTES` (:func:`read_notebook` never follows a link nor reads past that size);
 - a deleted cell of the release (an instruction, an answer or a test cell, recognised by its nbgrader
   ``grade_id``) is put back after the cell that precedes it in the release: a restored test cell runs as
   usual, a restored answer cell holds the empty stub, so its item gets 0;
@@ -28,6 +29,8 @@ from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
+
+from autograder.intake.safe_files import Folder, Refused
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -68,15 +71,20 @@ def describe(cell: NotebookNode) -> str:
 
 
 def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
-    """The notebook in ``path`` as nbformat 4, or None and the reason it cannot be read."""
-    size = path.stat().st_size
-    if size > MAX_NOTEBOOK_BYTES:
-        return (
-            None,
-            f"the file is {size} bytes; notebooks larger than {MAX_NOTEBOOK_BYTES} bytes are not graded",
-        )
+    """The notebook in ``path`` as nbformat 4, or None and the reason it cannot be read.
+
+    ``path`` is opened without following a link in its last name, and only a regular file of at most
+    :data:`MAX_NOTEBOOK_BYTES` bytes is read (its size is checked on the open file, before reading).
+    """
     try:
-        text = path.read_bytes().decode("utf-8")
+        with Folder.open(path.parent) as folder:
+            content = folder.read(path.name, MAX_NOTEBOOK_BYTES)
+    except Refused as error:
+        return None, f"the file {error.why}"
+    except OSError as error:
+        return None, f"the file could not be opened ({error.strerror or type(error).__name__})"
+    try:
+        text = content.decode("utf-8")
     except UnicodeDecodeError as error:
         return None, f"the file is not UTF-8 text ({error.reason} at byte {error.start})"
     try:

@@ -1,0 +1,240 @@
+"""Reading a student's tree without following anything.
+
+Every name below a class's folder was chosen by a student, and a path is looked up again by the kernel each
+time it is used: a check on a path (``is_file()``) and the read that follows it can meet two different files,
+and a name can be a symbolic link to anything the grader may read (the released sources, another student's
+notebook, ``/proc/kmsg``), a named pipe or a device whose read never ends.
+
+So nothing here opens a path below the class's folder. The folder is opened once (:meth:`Folder.open`: the
+instructor named it), and every folder below it is opened relative to its parent's descriptor with
+``O_NOFOLLOW | O_DIRECTORY`` (:meth:`Folder.child`), every file relative to its folder's descriptor with
+``O_NOFOLLOW | O_NONBLOCK`` (:meth:`Folder.read`). What is checked is the opened descriptor (``fstat``): only a
+regular file is read; a link, a named pipe, a socket, a device or a folder is refused with a reason
+(:class:`Refused`, e.g. ``x.ipynb is a symbolic link; links are not followed``). A file's size is checked
+before its first byte is read, and at most ``cap + 1`` bytes are read, so a file that grows while it is read
+is refused too.
+
+A listing (:func:`walk`) never follows a link either, and it is bounded: at most
+:data:`MAX_ENTRIES_PER_FOLDER` names per folder, :data:`MAX_DEPTH` folders deep and
+:data:`MAX_TOTAL_ENTRIES` names in all, with a warning when a bound is reached.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+MAX_ENTRIES_PER_FOLDER = 10_000
+MAX_DEPTH = 16  # folders below the tree's root
+MAX_TOTAL_ENTRIES = 200_000
+_READ_CHUNK = 1024**2
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_FOLDER_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+_ONLY_FILES = "only regular files are read"
+_WHAT_IT_IS = (
+    (stat.S_ISLNK, "is a symbolic link; links are not followed"),
+    (stat.S_ISFIFO, f"is a named pipe (FIFO); {_ONLY_FILES}"),
+    (stat.S_ISSOCK, f"is a socket; {_ONLY_FILES}"),
+    (stat.S_ISCHR, f"is a character device; {_ONLY_FILES}"),
+    (stat.S_ISBLK, f"is a block device; {_ONLY_FILES}"),
+    (stat.S_ISDIR, f"is a folder; {_ONLY_FILES}"),
+)
+
+
+def shown(name: str | os.PathLike) -> str:
+    """A file name as UTF-8 text: bytes that are not UTF-8 (kept by Python as surrogates) become escapes."""
+    return os.fspath(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+class Refused(Exception):
+    """A file or folder that was not read. ``str()`` is the whole reason, ``why`` the part after the name.
+
+    Example: ``Refused("x.ipynb", "is a symbolic link; links are not followed")``.
+    """
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"{shown(name)} {why}")
+        self.name = name
+        self.why = why
+
+
+def _not_a_regular_file(mode: int) -> str | None:
+    """Why a file of this mode is not read, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((why for test, why in _WHAT_IT_IS if test(mode)), f"is not a regular file; {_ONLY_FILES}")
+
+
+def _could_not(action: str, error: OSError) -> str:
+    return f"could not be {action} ({error.strerror or type(error).__name__})"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A name found by :func:`walk`: the names from the tree's root down to it, and what it is (not followed):
+    ``"file"`` (regular), ``"folder"``, ``"link"`` or ``"other"`` (a pipe, a socket, a device)."""
+
+    parts: tuple[str, ...]
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+
+@dataclass
+class Walk:
+    """Every name :func:`walk` found, sorted by path, and the warnings about bounds it reached."""
+
+    entries: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class Folder:
+    """An open folder of a student's tree; every file or folder in it is opened relative to it.
+
+    Use as a context manager: the descriptor is closed on exit.
+    """
+
+    def __init__(self, descriptor: int) -> None:
+        self.descriptor = descriptor
+
+    @classmethod
+    def open(cls, path: Path) -> Folder:
+        """The tree's root, named by the grader or the instructor (a link in ``path`` itself is followed).
+
+        Raises:
+            OSError: ``path`` is no folder or cannot be opened.
+        """
+        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        os.close(self.descriptor)
+
+    def _lstat(self, name: str) -> os.stat_result:
+        try:
+            return os.stat(name, dir_fd=self.descriptor, follow_symlinks=False)
+        except OSError as error:
+            raise Refused(name, _could_not("found", error)) from error
+
+    def child(self, name: str) -> Folder:
+        """The folder ``name`` in this one, never through a link.
+
+        Raises:
+            Refused: ``name`` is a link, not a folder, or cannot be opened.
+        """
+        mode = self._lstat(name).st_mode
+        if not stat.S_ISDIR(mode):
+            raise Refused(name, _not_a_regular_file(mode) if stat.S_ISLNK(mode) else "is not a folder")
+        try:
+            return Folder(os.open(name, _FOLDER_FLAGS, dir_fd=self.descriptor))
+        except OSError as error:  # replaced by a link or a file since the lstat
+            why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
+            raise Refused(name, why) from error
+
+    def read(self, name: str, cap: int) -> bytes:
+        """The bytes of the regular file ``name`` in this folder, at most ``cap`` of them.
+
+        Raises:
+            Refused: ``name`` is not a regular file (a link, a pipe, a device, a folder), is larger than
+                ``cap`` bytes (or grows beyond it while read), or cannot be opened.
+        """
+        if why := _not_a_regular_file(self._lstat(name).st_mode):  # a pipe or a device is never even opened
+            raise Refused(name, why)
+        try:
+            descriptor = os.open(name, _FILE_FLAGS, dir_fd=self.descriptor)
+        except OSError as error:  # replaced since the lstat: ELOOP is O_NOFOLLOW meeting a link
+            why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
+            raise Refused(name, why) from error
+        try:
+            return _read_open_file(descriptor, name, cap)
+        finally:
+            os.close(descriptor)
+
+    def entries(self, limit: int | None = None) -> tuple[list[tuple[str, str]], bool]:
+        """(name, kind) of at most ``limit`` (default :data:`MAX_ENTRIES_PER_FOLDER`) names in this folder,
+        sorted (kinds as :class:`Entry`'s), and whether more were left out."""
+        limit = MAX_ENTRIES_PER_FOLDER if limit is None else limit
+        found = []
+        with os.scandir(self.descriptor) as listing:
+            for item in listing:
+                if len(found) == limit:
+                    return sorted(found), True
+                found.append((item.name, _kind(item)))
+        return sorted(found), False
+
+
+def _kind(item: os.DirEntry) -> str:
+    try:
+        if item.is_symlink():
+            return "link"
+        if item.is_dir(follow_symlinks=False):
+            return "folder"
+        return "file" if item.is_file(follow_symlinks=False) else "other"
+    except OSError:  # gone since the listing
+        return "other"
+
+
+def _read_open_file(descriptor: int, name: str, cap: int) -> bytes:
+    status = os.fstat(descriptor)
+    if why := _not_a_regular_file(status.st_mode):
+        raise Refused(name, why)
+    if status.st_size > cap:
+        raise Refused(name, f"is {status.st_size} bytes; files larger than {cap} bytes are not read")
+    chunks, total = [], 0
+    while total <= cap:
+        chunk = os.read(descriptor, min(_READ_CHUNK, cap + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+    raise Refused(name, f"grew beyond {cap} bytes while it was read; files larger than {cap} bytes are not read")
+
+
+def walk(root: Folder, skipped: Callable[[str], bool] = lambda name: False) -> Walk:
+    """Every name below ``root`` (links are listed, never followed), except those ``skipped`` says and what is
+    below them; bounded by :data:`MAX_ENTRIES_PER_FOLDER`, :data:`MAX_DEPTH` and :data:`MAX_TOTAL_ENTRIES`."""
+    result = Walk()
+    bounds: dict[str, str] = {}
+    _walk_folder(root, (), skipped, result, bounds)
+    result.entries.sort(key=lambda entry: entry.parts)
+    result.warnings.extend(bounds.values())
+    return result
+
+
+def _walk_folder(folder: Folder, parts: tuple[str, ...], skipped, result: Walk, bounds: dict[str, str]) -> None:
+    where = shown("/".join(parts)) if parts else "the class's folder"
+    names, cut = folder.entries()
+    if cut:
+        bounds.setdefault(
+            f"folder {where}", f"{where} holds more than {MAX_ENTRIES_PER_FOLDER} names; only {MAX_ENTRIES_PER_FOLDER} were read"
+        )
+    for name, kind in names:
+        if skipped(name):
+            continue
+        if len(result.entries) >= MAX_TOTAL_ENTRIES:
+            bounds.setdefault(
+                "total", f"the tree holds more than {MAX_TOTAL_ENTRIES} names; the rest were not read"
+            )
+            return
+        result.entries.append(Entry((*parts, name), kind))
+        if kind != "folder":
+            continue
+        if len(parts) + 1 >= MAX_DEPTH:
+            bounds.setdefault(
+                "depth", f"folders more than {MAX_DEPTH} levels deep were not read (the first: {where}/{shown(name)})"
+            )
+            continue
+        try:
+            with folder.child(name) as inner:
+                _walk_folder(inner, (*parts, name), skipped, result, bounds)
+        except Refused as error:  # replaced by a link or removed since the listing
+            bounds.setdefault(f"refused {where}/{name}", f"{where}: {error}; not read")
