@@ -135,7 +135,7 @@ def _prepare_task(task: Task, submission) -> Task | Result:
     """The task to run for one submission, or its result when there is nothing to grade. The student's
     notebook is not read here: the grading stage reads it, in its sandbox (:mod:`autograder.pipeline`)."""
     if submission.path is None:
-        return write_ungraded(task, "the folder holds no notebook")
+        return write_ungraded(task, submission.reason or "the folder holds no notebook")
     return dataclasses.replace(task, notebook=submission.path)
 
 

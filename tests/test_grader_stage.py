@@ -404,3 +404,50 @@ def test_a_kernel_cannot_open_the_machine_s_settings_for_writing(tmp_path):
     (result,) = grade(root, tmp_path / "out", jobs=1, regrade=True)
     statuses = {item.grade_id: item.status for item in result.items}
     assert statuses["attention_test"] == "passed", result.items
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_links_pipes_and_a_full_quota_stay_with_their_submission(tmp_path):
+    """In one batch: a notebook that links to the exercise's source (its solutions), one that is a named pipe,
+    and a kernel that fills every place it can write (its /tmp, /dev/shm and the folder of its sockets) with
+    bytes and with files; an honest neighbour beside them keeps every point."""
+    from planted import ROOT, filled, solutions, write_submission
+
+    from autograder.grade import grade
+
+    root = tmp_path / "class"
+    write_submission(root, "honest", ASSIGNMENT, filled(ASSIGNMENT, solutions(ASSIGNMENT)))
+    filler = textwrap.dedent(
+        """
+        import os, glob
+        places = ["/tmp", "/dev/shm", *{os.path.dirname(path) for path in glob.glob("/grading/kernel/runtime/*")}]
+        for place in places:
+            try:
+                with open(os.path.join(place, "big"), "wb") as handle:
+                    while True:
+                        handle.write(b"x" * 1048576)
+            except OSError:
+                pass
+            try:
+                for index in range(1_000_000):
+                    open(os.path.join(place, f"f{index}"), "w").close()
+            except OSError:
+                pass
+        """
+    )
+    write_submission(root, "filler", ASSIGNMENT, filled(ASSIGNMENT, {**solutions(ASSIGNMENT), "attention_answer": filler + solutions_of("attention_answer")}))
+    for student in ("linker", "piper"):
+        (root / student / ASSIGNMENT).mkdir(parents=True)
+    (root / "linker" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").symlink_to(
+        ROOT / "autograder" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    )
+    os.mkfifo(root / "piper" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    free_before = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    results = {result.student: result for result in grade(root, tmp_path / "out", jobs=2, limits=Limits(tmp_mb=16), regrade=True)}
+    free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    assert results["honest"].score == results["honest"].max_score == 13.0
+    for student, words in (("linker", "is a symbolic link"), ("piper", "named pipe")):
+        assert results[student].score == 0.0 and words in results[student].reason, results[student]
+    assert results["filler"].reason is None and not results["filler"].grader_failure  # graded, as itself
+    assert free_before - free_after < 64 * 1024 * 1024
