@@ -231,6 +231,7 @@ def _set_sandbox(task: Task, group: cgroups.KernelGroup | None) -> None:
         None if group is None else (group.version, tuple(str(folder) for folder in group.folders)),
         task.student,
         task.variants,
+        task.kernel_view,
     )
     os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)

@@ -79,6 +79,7 @@ class Task:
     use_bwrap: bool = True
     use_cgroup: bool = False
     variants: bool = True  # the varied items' parameters drawn from ``student`` (False: the one answer key)
+    kernel_view: str = ""  # what the kernel imports (autograder.sandbox.kernel_view); "": a cached copy
     autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
 
 
