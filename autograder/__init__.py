@@ -9,8 +9,9 @@ exercise is written. The modules of this package add what an instructor needs ar
 - :mod:`autograder.release`: the student notebooks in ``notebooks/``, generated from ``source/``;
 - :mod:`autograder.check`: a student's self-check with the visible tests;
 - :mod:`autograder.answers`: turning answers into plain values and comparing them, for the hidden tests;
-- :mod:`autograder.variants`: each student's own parameters for the numerical items, drawn from the student
-  ID, printed in the notebook and used by the grader to compute that student's expected values;
+- :mod:`autograder.parameters`: each student's own parameters for the numerical items, drawn from the student
+  ID and printed in the notebook, and :mod:`autograder.submitted_tables`, the submissions diagnosed in 2.6;
+- :mod:`autograder.variants`: the grader's side of those items, each student's expected values and mistakes;
 - :mod:`autograder.course_directory` and :mod:`autograder.formgrader`: the folder ``grade`` writes is an nbgrader
   course directory, served by nbgrader's formgrader for the hand grades (``python -m autograder formgrader``),
   which :mod:`autograder.feedback.handgraded` writes into the reports and pages (``python -m autograder feedback``).

@@ -12,7 +12,7 @@ raises :class:`AnswerError` (an ``AssertionError``, so nbgrader counts the test 
 the feedback the student reads: which answer, which entries, and, when the answer matches a known mistake
 (degrees instead of radians, sin and cos swapped, ...), the name of that mistake.
 
-Symbolic answers are strings such as ``"sin(2*10000**(-1/3))"``. ``sympy.parse_expr`` evaluates its input as
+Symbolic answers are strings such as ``"sin(3*10000**(-1/4))"``. ``sympy.parse_expr`` evaluates its input as
 Python code, so it is never called on a student's string: :func:`parse_expression` reads the string with
 ``ast`` and builds the sympy expression node by node from a whitelist (numbers, ``+ - * / ** ^``, parentheses,
 ``pi``, ``sin``, ``cos``, ``sqrt``, ``Rational``, ``Integer``), with limits on the length, the number of
@@ -520,7 +520,7 @@ def _literal(node: ast.Constant, source: str, text: str, name: str) -> Any:
                 f"{name}: the number {written} in {text!r} is a fraction of {size} digits; at most "
                 f"{MAX_DIGITS} are allowed"
             )
-        # The decimal as written, exactly: 0.909297 stays 909297/1000000 and is not mistaken for sin(2).
+        # The decimal as written, exactly: 0.479426 stays 239713/500000 and is not mistaken for sin(1/2).
         return sympy.Rational(written)
     raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
 
@@ -635,8 +635,8 @@ def parse_expression(value: Any, name: str = "expression") -> Any:
 def same_value(first: Any, second: Any) -> bool:
     """Whether two constant sympy expressions are equal.
 
-    sympy's simplification decides the cases met here (``sin(2/10000**(1/3))`` against
-    ``sin(2*10**(-4/3))``, ``cos(pi/2 - 2)`` against ``sin(2)``). When it cannot reduce the difference to 0,
+    sympy's simplification decides the cases met here (``sin(3/10000**(1/4))`` against
+    ``sin(3*10**(-1))``, ``cos(pi/2 - 1/2)`` against ``sin(1/2)``). When it cannot reduce the difference to 0,
     the difference is evaluated to 60 significant digits and counts as zero below 1e-45: different
     expressions a student writes differ by far more (a decimal with 6 digits differs by about 1e-7).
     """

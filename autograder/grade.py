@@ -69,6 +69,7 @@ from autograder.intake.submissions import collect, extract_notebooks
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
 from autograder.sandbox import cgroups
+from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import Limits, bwrap_problem
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
 from autograder.variants import enabled_in_config
@@ -343,6 +344,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         warnings_found += collection.warnings
         assignments = sorted({submission.assignment for submission in collection.submissions})
         course = TemporaryCourse(work / "template", assignments)
+        kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
         released = {
             assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
         }
@@ -410,6 +412,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     use_bwrap=problem is None,
                     use_cgroup=cgroup_problem is None,
                     variants=options.variants,
+                    kernel_view=str(kernel_view),
                 )
                 notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent))
                 task = dataclasses.replace(task, notes=(*task.notes, *notes))

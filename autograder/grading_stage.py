@@ -148,6 +148,7 @@ def _set_kernel_sandbox(request: StageRequest, root: Path) -> Path:
         cgroup=None,  # the whole stage is in the kernel's control group already
         student=task.student,
         variants=task.variants,
+        kernel_view=task.kernel_view,
         writable=str(kernel) if request.sandboxed else "",
     )
     os.environ[ENVIRONMENT_VARIABLE] = settings.to_json()

@@ -89,7 +89,7 @@ def _start_stage(task: Task, group: cgroups.KernelGroup | None) -> StageOutcome:
     size = task.notebook.stat().st_size
     if task.use_bwrap:
         request = StageRequest(task, released, ROOT, True, size)
-        argv = bwrap_stage_argv(task.template, jupyter, task.notebook, extra=task.readable)
+        argv = bwrap_stage_argv(task.template, jupyter, task.notebook, extra=(Path(task.kernel_view),) if task.kernel_view else ())
         environment, cwd = stage_environment(jupyter, HOME), None
     else:
         root = task.directory / "grading"

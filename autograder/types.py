@@ -82,9 +82,9 @@ class Task:
     use_bwrap: bool = True
     use_cgroup: bool = False
     variants: bool = True  # the varied items' parameters drawn from ``student`` (False: the one answer key)
+    kernel_view: str = ""  # what the kernel imports (autograder.sandbox.kernel_view); "": a cached copy
     autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
     jupyter: Path | None = None  # the folder of the kernelspec (default: the first of JUPYTER_PATH)
-    readable: tuple[Path, ...] = ()  # more folders the grading stage reads (the kernel's view of the packages)
 
     @staticmethod
     def with_notes(task: Task, notes: list[str]) -> Task:

@@ -101,23 +101,6 @@ def test_a_lone_surrogate_is_replaced_and_noted(tmp_path):
     nbformat.writes(prepared.notebook).encode("utf-8")
 
 
-def test_a_submission_whose_preparation_crashes_gets_zero_and_the_batch_goes_on(tmp_path, monkeypatch):
-    for student in ("ada", "bob"):
-        _put(tmp_path / "class", f"{student}/01_permutation/01_permutation.ipynb", b"not json")
-    real_prepare = grade_module.prepare
-
-    def failing(path, released):
-        if "ada" in str(path):
-            raise RuntimeError("a grader bug")
-        return real_prepare(path, released)
-
-    monkeypatch.setattr(grade_module, "prepare", failing)
-    results = {result.student: result for result in grade(tmp_path / "class", tmp_path / "out", jobs=1)}
-    assert results["ada"].reason == "the grader could not read this submission (RuntimeError)"
-    assert results["bob"].reason.startswith("the file is not valid JSON")
-    assert (tmp_path / "out" / "feedback" / "ada" / "01_permutation" / "01_permutation.html").exists()
-
-
 def _outputs(out: Path) -> dict[Path, bytes]:
     """The published outputs (not the gradebook, nor the records kept for a resumed run)."""
     return {

@@ -26,6 +26,7 @@ from redteam import ASSIGNMENT, ATTACKS, build_attacks, build_honest
 
 from autograder import REPOSITORY
 from autograder.grade import grade
+from autograder.sandbox.kernel_view import MOUNT
 from autograder.sandbox.launcher import Limits
 
 pytestmark = pytest.mark.slow
@@ -149,12 +150,11 @@ def test_no_feedback_page_holds_more_than_the_output_cap(batch):
 
 
 def _public(path: str) -> bool:
-    """Inside the Python environment or the repository's two packages, but not the exercises' source."""
+    """Inside the Python environment or the kernel's view of the course (the student's side of it, at
+    autograder.sandbox.kernel_view.MOUNT); nothing of the repository itself."""
     path = Path(path).resolve()
-    roots = [Path(root).resolve() for root in (sys.prefix, sys.base_prefix)]
-    roots += [REPOSITORY.resolve() / "posenc_ref", REPOSITORY.resolve() / "autograder"]
-    return any(path.is_relative_to(root) for root in roots) and not path.is_relative_to(
-        REPOSITORY.resolve() / "autograder" / "source")
+    roots = [Path(root).resolve() for root in (sys.prefix, sys.base_prefix)] + [Path(MOUNT)]
+    return any(path.is_relative_to(root) for root in roots)
 
 
 def test_the_batch_completes_with_a_grade_for_every_submission(batch):

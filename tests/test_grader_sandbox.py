@@ -27,6 +27,7 @@ from autograder.sandbox.launcher import (
     apply_limits,
     bwrap_argv,
     kernel_environment,
+    sandboxed_python,
 )
 from autograder.verdicts.verdict import REPORT_MIME
 
@@ -58,8 +59,11 @@ def test_the_sandbox_is_built_from_an_allowlist_not_from_the_whole_machine(tmp_p
     bound = [argv[index + 1] for index, word in enumerate(argv) if word in ("--ro-bind", "--bind", "--ro-bind-try")]
     for forbidden in ("/home", "/run", "/var", "/srv", "/mnt", "/opt", "/etc/passwd", "/etc/shadow"):
         assert not any(path == forbidden or path.startswith(forbidden + "/") for path in bound), forbidden
-    assert f"--ro-bind {REPOSITORY}/posenc_ref {REPOSITORY}/posenc_ref" in text
-    assert f"--tmpfs {REPOSITORY}/autograder/source --remount-ro {REPOSITORY}/autograder/source" in text
+    # The course is the kernel's view of it, at /course; nothing of the checkout is bound.
+    assert "/course" in [argv[index + 2] for index, word in enumerate(argv) if word == "--ro-bind"]
+    venv = Path(sandboxed_python()).parents[1]  # a checkout's own .venv is bound; nothing else of the checkout
+    bound_outside_venv = [path for path in bound if not Path(path).is_relative_to(venv)]
+    assert not any(path == str(REPOSITORY) or path.startswith(f"{REPOSITORY}/") for path in bound_outside_venv)
     assert f"--size {16 * 1024 * 1024} --tmpfs /tmp" in text and f"--size {16 * 1024 * 1024} --tmpfs /dev/shm" in text
     assert "--unshare-all" in text and "--cap-drop ALL" in text and "--uid 65534 --gid 65534" in text
     assert argv[-1] == "python"
@@ -151,7 +155,7 @@ def test_the_kernel_sees_no_secret_file_socket_or_variable(tmp_path, host_secret
     environment = kernel_environment(settings, {**os.environ, "PGPASSWORD": "hunter2"})
     environment["PROBE_PORT"] = str(listener.getsockname()[1])
     completed = subprocess.run(
-        bwrap_argv(settings, [sys.executable, "-c", PROBE, *targets]),
+        bwrap_argv(settings, [sandboxed_python(), "-c", PROBE, *targets]),
         capture_output=True, text=True, timeout=120, check=False, env=environment,
     )
     listener.close()
@@ -163,7 +167,8 @@ def test_the_kernel_sees_no_secret_file_socket_or_variable(tmp_path, host_secret
     assert not (REPOSITORY / "pwned").exists() and not (REPOSITORY / "posenc_ref" / "pwned").exists()
     assert seen["uid"] == 65534
     assert set(seen["root"]) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "sbin", "tmp",
-                                 "usr", *Path(REPOSITORY).parts[1:2], *Path(sys.base_prefix).parts[1:2]}
+                                 "usr", "course", *Path(sandboxed_python()).parts[1:2],
+                                 *Path(sys.base_prefix).resolve().parts[1:2]}
     assert seen["readable"] == [] and seen["connected"] == []
     assert set(seen["environment"]) <= ALLOWED_ENVIRONMENT | {"PROBE_PORT"}
     assert seen["shm_mb"] == 16  # the size of its /dev/shm, then "no space left"

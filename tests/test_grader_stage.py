@@ -451,3 +451,56 @@ def test_links_pipes_and_a_full_quota_stay_with_their_submission(tmp_path):
         assert results[student].score == 0.0 and words in results[student].reason, results[student]
     assert results["filler"].reason is None and not results["filler"].grader_failure  # graded, as itself
     assert free_before - free_after < 64 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The worker's side: what it makes of a stage that failed
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _task(tmp_path: Path):
+    from autograder.types import Task
+
+    return Task(
+        student="ada", assignment="01_permutation", notebook=tmp_path / "n.ipynb", template=tmp_path,
+        directory=tmp_path / "task", layout=LAYOUT, notes=("a note of the intake",), feedback=tmp_path / "f.html",
+        log=tmp_path / "log.txt", timeout=None, autograded=tmp_path / "a.ipynb",
+    )
+
+
+@pytest.mark.parametrize(
+    "outcome, reason, grader_failure",
+    [
+        (stage.StageOutcome(b"", b"Traceback", 1), "the grader failed on this submission (see its log)", True),
+        (stage.StageOutcome(b'{"items": "forged"}', b"", 0), "the grader failed on this submission (see its log)", True),
+        (stage.StageOutcome(b"", b"", None, "grading took longer than 9 seconds in all and was stopped"),
+         "grading took longer than 9 seconds in all and was stopped", True),
+        (stage.StageOutcome(b'{"failure": "the grader failed on this submission (see its log)", "log": "x"}', b"", 0),
+         "the grader failed on this submission (see its log)", True),
+        (stage.StageOutcome(b'{"reason": "the file is not valid JSON", "notes": ["n"], "log": ""}', b"", 0),
+         "the file is not valid JSON", False),
+    ],
+)
+def test_a_stage_that_failed_gives_zero_and_says_whose_failure_it_was(tmp_path, outcome, reason, grader_failure):
+    from autograder.pipeline import _accept
+
+    log: list[str] = []
+    result = _accept(_task(tmp_path), outcome, "", log)
+    assert (result.score, result.reason, result.grader_failure) == (0.0, reason, grader_failure)
+    assert [item.status for item in result.items] == ["not graded", "not graded"]
+    assert "a note of the intake" in result.notes
+    page = (tmp_path / "f.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "Content-Security-Policy" in page and html.escape(reason) in page
+
+
+def test_a_stage_answer_becomes_the_result_and_its_page_starts_with_the_policy(tmp_path):
+    from autograder.feedback.escape import CSP_META
+    from autograder.pipeline import _accept
+
+    answer = _answer(feedback="<html><head><script>alert(1)</script></head><body><p>page</p></body></html>")
+    outcome = stage.StageOutcome(json.dumps(answer).encode("ascii"), b"", 0)
+    result = _accept(_task(tmp_path), outcome, "", [])
+    assert (result.score, result.reason, result.grader_failure) == (2.0, None, False)
+    page = (tmp_path / "f.html").read_text()
+    assert page.index(CSP_META) < page.index("<script>")  # the policy comes before any byte the stage wrote
+    assert (tmp_path / "a.ipynb").read_text() == answer["autograded"]

@@ -1,5 +1,6 @@
-"""Per-student variants (autograder/variants/): the draw, the notebook's "your parameters", chapter 2's expected
-values against derivations written here, and a class graded end to end where answers pass between students."""
+"""Per-student variants (the draw in autograder/parameters.py, the expected values in autograder/variants/): the
+draw, the notebook's "your parameters", chapter 2's expected values against derivations written here, and a
+class graded end to end where answers pass between students."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from item_grading import hidden_constants, source_cells
 from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
-from autograder import variants
-from autograder.variants import declared_student_id, draw, parameters_for, variants_of, your_parameters
+import autograder.parameters as student_side
+from autograder.parameters import declared_student_id, draw, parameters_for, your_parameters
+from autograder.submitted_tables import submitted_table
+from autograder.variants import variants_of
 from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
 
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
@@ -81,8 +84,6 @@ def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
 
 def diagnosed(submission: int) -> str:
     """The bug of a submission of 2.6, found by comparing its table with the six tables built here."""
-    from autograder.variants.sinusoidal import submitted_table
-
     candidate = submitted_table(submission)(64, 8).double()
     (letter,) = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
     return letter
@@ -225,8 +226,6 @@ def bug_tables(length: int, d: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("submission", VARIED["2.6"].choices["submission"])
 def test_each_submission_has_the_bug_the_grader_expects_and_the_model_diagnosis_finds_it(submission):
-    from autograder.variants.sinusoidal import submitted_table
-
     candidate = submitted_table(submission)(64, 8).double()  # (64, 8)
     matching = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
     expected = VARIED["2.6"].constants({"submission": submission})["EXPECTED"]
@@ -348,14 +347,14 @@ def test_while_grading_the_folder_decides_and_the_switch_is_obeyed(monkeypatch, 
 
 
 def test_the_setting_is_read_from_the_course_configuration(monkeypatch, tmp_path):
-    assert variants.enabled_in_config() is True  # as autograder/nbgrader_config.py ships
+    assert student_side.enabled_in_config() is True  # as autograder/nbgrader_config.py ships
     config = tmp_path / "nbgrader_config.py"
     config.write_text("c = get_config()\nc.AutograderVariants.enabled = False\n")
-    monkeypatch.setattr(variants, "CONFIG_FILE", config)
-    assert variants.enabled_in_config() is False
+    monkeypatch.setattr(student_side, "CONFIG_FILE", config)
+    assert student_side.enabled_in_config() is False
     config.write_text("c = get_config()\nc.AutograderVariants.enabled = 'no'\n")
     with pytest.raises(ValueError, match="must be True or False"):
-        variants.enabled_in_config()
+        student_side.enabled_in_config()
 
 
 def test_the_released_notebook_prints_the_students_parameters_above_the_items(monkeypatch):

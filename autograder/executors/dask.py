@@ -35,10 +35,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from autograder.sandbox.kernel_view import STUDENT_IMPORTS, kernel_packages
 from autograder.types import Result, Task
 
 CONNECT_SECONDS = 30
-KERNEL_PACKAGES = ("ipykernel", "nbgrader", "numpy", "torch", "posenc_ref", "autograder.answers")
+KERNEL_PACKAGES = ("ipykernel", "nbgrader", "numpy", "torch", *STUDENT_IMPORTS)
+KERNEL_VIEW = "kernel-view"  # beside the unpacked course: what the worker's kernels import
 
 
 class SchedulerLost(RuntimeError):
@@ -100,6 +102,7 @@ def install_course(archive: bytes, key: str) -> None:
             folder = Path(tempfile.mkdtemp(prefix="autograder-course-"))
             with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as bundle:
                 bundle.extractall(folder, filter="data")
+            kernel_packages(folder / KERNEL_VIEW)  # from this worker's own checkout, of the same course version
             _courses[key] = folder / "course"
 
 
@@ -131,6 +134,7 @@ def grade_on_worker(course_key: str, task: Task, notebook: bytes) -> Shipped:
             autograded=work / "autograded.ipynb",
             hidden=(str(work), str(template.parent)),
             jupyter=_kernelspec["jupyter"],
+            kernel_view=str(template.parent / KERNEL_VIEW),
         )
         local.notebook.parent.mkdir(parents=True)
         local.notebook.write_bytes(notebook)

@@ -15,13 +15,15 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
 
        bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
              --ro-bind /usr /usr (and /bin, /lib... as on the machine) --ro-bind-try /etc/<a few files>
-             --ro-bind <the Python installation and its virtual environment>
-             --ro-bind <the course's two packages, posenc_ref and autograder; autograder/source covered>
+             --ro-bind <the Python installation and its virtual environment; its editable installs covered>
+             --ro-bind <the kernel's view of the course> /course
              --proc /proc --dev /dev --size N --tmpfs /tmp --size N --tmpfs /dev/shm
              --bind <runtime folder> --remount-ro /  --chdir /tmp  python -m ipykernel_launcher -f CONNECTION_FILE
 
 The kernel's file system is built from nothing, by allowlist: no ``/home``, ``/root``, ``/run``, ``/var``,
-``/srv``, ``/mnt``, other checkouts, the gradebook, the submissions or the outputs, and no host socket
+``/srv``, ``/mnt``, no checkout of the course (the kernel imports the copies of the student's side of it in
+:mod:`autograder.sandbox.kernel_view`, and nothing of the grader's side), the gradebook, the submissions or
+the outputs, and no host socket
 (``/run`` is where servers put theirs); ``/tmp`` and ``/dev/shm`` are new and size-capped; it has no network
 (it talks to nbgrader over Unix sockets in its runtime folder: the grader sets
 ``KernelManager.transport = "ipc"``) and sees no other process.
@@ -42,15 +44,12 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-import autograder
+from autograder.parameters import ENABLED_VARIABLE, STUDENT_VARIABLE
 from autograder.progress import GRADING_VARIABLE
-from autograder.variants import ENABLED_VARIABLE, STUDENT_VARIABLE
+from autograder.sandbox.kernel_view import MOUNT, STUDENT_IMPORTS, default_kernel_view
 
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
-REPOSITORY = os.path.realpath(autograder.REPOSITORY)
-COURSE_PACKAGES = ("posenc_ref", "autograder")
-HIDDEN_IN_PACKAGES = (os.path.join("autograder", "source"),)
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs and libraries read in /etc; nothing else of it (no passwd, hosts, ssl, machine-id).
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "fonts", "mime.types")
@@ -93,7 +92,8 @@ class Settings:
     use_bwrap: bool = True
     cgroup: tuple[int, tuple[str, ...]] | None = None
     student: str = ""  # the submission's student folder: its ID draws the parameters of the varied items
-    variants: bool = True  # per-student variants (autograder.variants); False: the one answer key
+    variants: bool = True  # per-student variants (autograder.parameters); False: the one answer key
+    kernel_view: str = ""  # the folder of autograder.sandbox.kernel_view.kernel_packages ("": a cached one)
     # The kernel's writable folder inside the grading stage's capped tmpfs (autograder.sandbox.stage): its
     # tmp/ and shm/ become the kernel's /tmp and /dev/shm, and /proc is the stage's (a sandbox nested in
     # bwrap cannot mount a new one). Empty: a kernel started outside a stage, with tmpfs of its own.
@@ -116,8 +116,13 @@ class Settings:
             cgroup=None if cgroup is None else (int(cgroup[0]), tuple(str(path) for path in cgroup[1])),
             student=str(data.get("student", "")),
             variants=bool(data.get("variants", True)),
+            kernel_view=str(data.get("kernel_view", "")),
             writable=str(data.get("writable", "")),
         )
+
+    def view(self) -> str:
+        """The folder the kernel imports the course from: :attr:`kernel_view`, or the cached default."""
+        return self.kernel_view or str(default_kernel_view())
 
 
 NOBODY = 65534
@@ -136,13 +141,54 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def readable_folders() -> list[str]:
-    """What the kernel reads besides the system: the Python installation, its virtual environment and the
-    course's packages (real paths, outermost only)."""
+    """What the kernel reads besides the system and its view of the course: the Python installation and its
+    virtual environment (real paths, outermost only)."""
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     wanted = {os.path.realpath(path) for path in prefixes}
-    wanted |= {os.path.join(REPOSITORY, package) for package in COURSE_PACKAGES}
     wanted = {path for path in wanted if not any(_inside(path, system) for system in SYSTEM_FOLDERS)}
     return sorted(path for path in wanted if not any(other != path and _inside(path, other) for other in wanted))
+
+
+def sandboxed_python() -> str:
+    """This interpreter's path as the sandbox has it: under the real path of its virtual environment (bound
+    there; a link to it elsewhere, such as a checkout's ``.venv``, is not in the sandbox)."""
+    prefix = os.path.abspath(sys.prefix)
+    if not _inside(os.path.abspath(sys.executable), prefix):
+        return sys.executable
+    return os.path.join(os.path.realpath(prefix), os.path.relpath(os.path.abspath(sys.executable), prefix))
+
+
+def editable_installs() -> list[str]:
+    """The files by which site-packages imports packages from where they were installed in editable mode
+    (``__editable__*`` path files and finders, and ``.pth`` files that name a folder outside the Python
+    installation): the sandbox covers them, so that nothing leads the kernel from the Python installation to a
+    checkout of the course."""
+    import site
+
+    prefixes = [os.path.realpath(path) for path in (sys.prefix, sys.base_prefix)]
+    found = []
+    for folder in sorted({os.path.realpath(path) for path in site.getsitepackages()}):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.startswith("__editable__") or (name.endswith(".pth") and _names_outside(path, prefixes)):
+                found.append(path)
+    return found
+
+
+def _names_outside(pth: str, prefixes: list[str]) -> bool:
+    """Whether the path file ``pth`` adds a folder outside ``prefixes`` to ``sys.path`` (an import line does not)."""
+    try:
+        with open(pth, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle]
+    except OSError:
+        return False
+    folders = [line for line in lines if line and not line.startswith(("#", "import ", "import\t"))]
+    folders = [os.path.realpath(os.path.join(os.path.dirname(pth), folder)) for folder in folders]
+    return any(not any(_inside(folder, prefix) for prefix in prefixes) for folder in folders)
 
 
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
@@ -169,7 +215,9 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     readable = readable_folders()
     for folder in readable:
         argv += ["--ro-bind", folder, folder]
-    covered = [os.path.join(REPOSITORY, path) for path in HIDDEN_IN_PACKAGES]
+    # The course: the copies of its student's side only, never the checkout (autograder.sandbox.kernel_view).
+    argv += ["--ro-bind", settings.view(), MOUNT]
+    covered = editable_installs()
     covered += [os.path.realpath(path) for path in settings.hidden]
     covered = [path for path in dict.fromkeys(covered) if any(_inside(path, folder) for folder in readable)]
     for path in covered:
@@ -187,7 +235,8 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
     """The kernel's whole environment, built from an allowlist: nothing else of the grader's (no passwords,
     tokens or database URLs) reaches student code. It says that the kernel is grading
     (:data:`autograder.progress.GRADING_VARIABLE`), for which student and whether the items vary
-    (:mod:`autograder.variants`)."""
+    (:mod:`autograder.parameters`). It imports the course from its view (:mod:`autograder.sandbox.kernel_view`):
+    at :data:`~autograder.sandbox.kernel_view.MOUNT` in the sandbox, from the view's folder without it."""
     parent = dict(os.environ if parent is None else parent)
     home = SANDBOX_HOME if settings.use_bwrap else settings.scratch
     environment = {name: parent[name] for name in PASSED_THROUGH if name in parent}
@@ -198,7 +247,7 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
         USER=KERNEL_USER,
         LOGNAME=KERNEL_USER,
         LANG="C.UTF-8",
-        PYTHONPATH=REPOSITORY,
+        PYTHONPATH=MOUNT if settings.use_bwrap else settings.view(),
         MPLBACKEND="Agg",
         MPLCONFIGDIR=os.path.join(home, ".matplotlib"),
         IPYTHONDIR=os.path.join(home, ".ipython"),
@@ -213,18 +262,22 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
 
 
 def kernel_command(connection_file: str) -> list[str]:
-    return [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+    return [sandboxed_python(), "-m", "ipykernel_launcher", "-f", connection_file]
 
 
 @functools.cache
 def bwrap_problem() -> str | None:
     """Why bwrap cannot run a Python kernel here, or None when it can; checked once per process, with the
-    real sandbox (the course's packages imported from the allowlisted folders)."""
+    real sandbox (the student's side of the course imported from the kernel's view, torch aside)."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (Debian: apt-get install bubblewrap)"
     runtime = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))  # any folder that exists
     settings = Settings(scratch=runtime, runtime=runtime, limits=Limits(tmp_mb=16))
-    argv = bwrap_argv(settings, [sys.executable, "-c", "import ipykernel, autograder.answers"])
+    modules = ", ".join(["ipykernel", *(name for name in STUDENT_IMPORTS if name != "posenc_ref")])
+    try:
+        argv = bwrap_argv(settings, [sandboxed_python(), "-c", f"import {modules}"])
+    except (OSError, ValueError) as error:
+        return f"the kernel's view of the course cannot be built ({error})"
     try:
         completed = subprocess.run(
             argv, capture_output=True, text=True, timeout=60, check=False, env=kernel_environment(settings)

@@ -47,11 +47,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import REPOSITORY
 from autograder.sandbox.launcher import (
     ETC_FILES,
     MEGABYTE,
     PROC_SYS_READ_ONLY,
-    REPOSITORY,
     SYSTEM_FOLDERS,
     Limits,
 )
@@ -105,7 +105,7 @@ def stage_readable_folders() -> list[str]:
     is given far less)."""
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     wanted = {os.path.realpath(path) for path in prefixes}
-    wanted |= {os.path.join(REPOSITORY, package) for package in ("autograder", "posenc_ref")}
+    wanted |= {os.path.join(os.path.realpath(REPOSITORY), package) for package in ("autograder", "posenc_ref")}
     wanted = {path for path in wanted if not any(_inside(path, system) for system in SYSTEM_FOLDERS)}
     return sorted(path for path in wanted if not any(other != path and _inside(path, other) for other in wanted))
 
@@ -152,7 +152,7 @@ def stage_environment(jupyter: Path, home: str) -> dict[str, str]:
         HOME=home,
         TMPDIR=home,
         LANG="C.UTF-8",
-        PYTHONPATH=REPOSITORY,
+        PYTHONPATH=os.path.realpath(REPOSITORY),
         JUPYTER_PATH=str(jupyter),
         JUPYTER_CONFIG_DIR=os.path.join(home, ".jupyter"),
         JUPYTER_DATA_DIR=os.path.join(home, ".jupyter-data"),

@@ -3,7 +3,7 @@ r"""The varied items of chapter 2 (sinusoidal encoding), their parameters and ex
 With :math:`\omega_i = \text{base}^{-2i/d}`: :math:`\mathrm{PE}(p)_{2i} = \sin(p\,\omega_i)`,
 :math:`\mathrm{PE}(p)_{2i+1} = \cos(p\,\omega_i)`. The right values come from ``posenc_ref.sinusoidal``; the
 known mistakes (degrees, sin and cos swapped, the halves layout, a doubled exponent, an exponent over features)
-from :func:`pe_with_mistake`, the same formula with one thing changed.
+from :func:`autograder.submitted_tables.pe_with_mistake`, the same formula with one thing changed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from autograder.submitted_tables import BASE, SUBMITTED, pe_with_mistake
 from autograder.variants import Variant
 
 ASSIGNMENT = "02_sinusoidal"
-BASE = 10000.0
 
 DEGREES = "the angles were treated as degrees: p * omega_i is an angle in radians (math.sin and torch.sin take radians)"
 SWAPPED = ("sin and cos are swapped: the even features 2i hold sin(p * omega_i), the odd features 2i + 1 hold "
@@ -25,18 +25,6 @@ HALVES = ("this is the halves layout (all sines, then all cosines); the interlea
 DOUBLED = ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; looping over the "
            "even feature indices j = 2i and still writing 2*j/d counts the factor 2 twice")
 FEATURES = "the exponent runs over features instead of pairs: pair i needs base**(-2i/d), not base**(-i/d)"
-
-
-def pe_with_mistake(position: int, d: int, *, exponent: float = 2.0, degrees: bool = False, swap: bool = False,
-                    halves: bool = False, base: float = BASE) -> list[float]:
-    """PE(position) for ``d`` with ``omega_i = base**(-exponent * i / d)``, one mistake switched on or none."""
-    angles = [position * base ** (-exponent * i / d) for i in range(d // 2)]
-    angles = [math.radians(angle) for angle in angles] if degrees else angles
-    first, second = ([math.cos(a) for a in angles], [math.sin(a) for a in angles]) if swap else (
-        [math.sin(a) for a in angles], [math.cos(a) for a in angles])
-    if halves:
-        return first + second
-    return [value for pair in zip(first, second, strict=True) for value in pair]
 
 
 def pe_reference(position: int, d: int, base: float = BASE) -> list[float]:
@@ -157,9 +145,9 @@ BUGS = {  # letter: how the submitted table differs from the right one
     "E": {"shift": 1},
     "F": {"degrees": True},
 }
-# The submission a student gets, by number: the parameter the notebook shows says which submission, not which
-# bug. Number 1 is the one answer key's (the doubled exponent).
-SUBMISSIONS = {1: "C", 2: "E", 3: "A", 4: "F", 5: "D", 6: "B"}
+# The bug of each submission of autograder.submitted_tables, by number: the parameter the notebook shows says
+# which submission, not which bug. Number 1 is the one answer key's (the doubled exponent).
+SUBMISSIONS = {number: letter for number, flags in SUBMITTED.items() for letter, bug in BUGS.items() if bug == flags}
 # What testing shows against each letter, whatever the submission's bug is.
 WRONG_LETTER = {
     "A": "a table with sin and cos swapped starts with the row (1, 0, 1, 0, ...): compare row 0 of candidate_table with it",
@@ -175,44 +163,15 @@ WRONG_LETTER = {
 }
 
 
-def _table_with(length: int, d: int, base: float, *, swap: bool = False, halves: bool = False,
-                exponent: float = 2.0, shift: int = 0, degrees: bool = False) -> Any:
-    import torch
-
-    rows = [pe_with_mistake(p + shift, d, exponent=exponent, degrees=degrees, swap=swap, halves=halves, base=base)
-            for p in range(length)]
-    return torch.tensor(rows, dtype=torch.float64).float()  # (length, d)
-
-
-def submitted_table(number: int):
-    """The ``candidate_table(length, d, base=10000.0)`` of submission ``number`` (one of :data:`SUBMISSIONS`)."""
-    if number not in SUBMISSIONS:
-        raise ValueError(f"number must be one of {sorted(SUBMISSIONS)}, got {number!r}")
-    flags = BUGS[SUBMISSIONS[number]]
-
-    def candidate_table(length, d, base=10000.0):
-        """A submitted interleaved sinusoidal table, shape (length, d), with one bug."""
-        return _table_with(length, d, base, **flags)
-
-    return candidate_table
-
-
 def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
     bug = SUBMISSIONS[parameters["submission"]]
     return {"EXPECTED": bug, "MISTAKES": {letter: why for letter, why in WRONG_LETTER.items() if letter != bug}}
 
 
 VARIANTS = (
-    Variant(ASSIGNMENT, "2.2", "pe_d4_at_p_test", {"position": (1, 2, 3, 4, 5, 6, 7, 8, 9)},
-            lambda parameters: f"position p = {parameters['position']}", _pe_d4),
-    Variant(ASSIGNMENT, "2.3", "pe_d6_at_p_test", {"position": (2, 3, 4, 5, 6, 7, 8, 9)},
-            lambda parameters: f"position p = {parameters['position']}", _pe_d6),
-    # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
-    # to whole positions is never a matter of the last decimal (a test of the course checks it).
-    Variant(ASSIGNMENT, "2.5", "first_turn_test", {"base": (10000, 1000, 3000, 40000, 100000, 500)},
-            lambda parameters: f"base = {parameters['base']}", _first_turn),
-    Variant(ASSIGNMENT, "2.6", "planted_bug_test", {"submission": tuple(SUBMISSIONS)},
-            lambda parameters: f"submission number {parameters['submission']}", _planted_bug),
-    Variant(ASSIGNMENT, "2.7", "dot_test", {"distance": (10, 3, 5, 6, 7, 12, 15, 20, 25)},
-            lambda parameters: f"distance k = {parameters['distance']}", _dot),
+    Variant.of(ASSIGNMENT, "2.2", "pe_d4_at_p_test", _pe_d4),
+    Variant.of(ASSIGNMENT, "2.3", "pe_d6_at_p_test", _pe_d6),
+    Variant.of(ASSIGNMENT, "2.5", "first_turn_test", _first_turn),
+    Variant.of(ASSIGNMENT, "2.6", "planted_bug_test", _planted_bug),
+    Variant.of(ASSIGNMENT, "2.7", "dot_test", _dot),
 )

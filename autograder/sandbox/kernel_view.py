@@ -1,0 +1,128 @@
+"""What a student's kernel can import: a folder built from an allowlist of the course's files.
+
+The grader's kernel needs the student's side of the course only (the design's "Two sides"): what the notebooks
+import (:mod:`autograder.progress`, :mod:`autograder.answers`, :mod:`autograder.parameters`,
+:mod:`autograder.submitted_tables`), the package ``autograder`` that holds them, and ``posenc_ref``. The folder
+is made of copies of exactly those files (:func:`kernel_packages`); the sandbox binds it read-only at
+:data:`MOUNT`, the kernel's ``PYTHONPATH``, and binds nothing of the repository
+(:func:`autograder.sandbox.launcher.bwrap_argv`). So the grader's side (:mod:`autograder.variants`, which
+computes every student's expected values, the hidden tests in ``source/``, :mod:`autograder.grade`, ...) is not
+in the kernel's file system at all, and importing it raises ``ModuleNotFoundError``: a file added to the
+package stays out of the kernel until it is named here.
+
+The grader builds the folder once per batch; a kernel started without one (``bwrap_problem``, a test) uses
+:func:`default_kernel_view`, a copy kept in a private folder of the machine's temporary directory and named
+by a hash of its files, so that a changed course gets a new one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import autograder
+
+REPOSITORY = Path(autograder.REPOSITORY).resolve()
+MOUNT = "/course"  # where the kernel sees the folder, and its PYTHONPATH
+# The student's side of autograder, module by module (autograder/__init__.py holds paths and names only).
+STUDENT_FILES = (
+    "autograder/__init__.py",
+    "autograder/progress.py",
+    "autograder/answers.py",
+    "autograder/parameters.py",
+    "autograder/submitted_tables.py",
+)
+STUDENT_PACKAGES = ("posenc_ref",)  # whole packages: every file but caches
+STUDENT_IMPORTS = (
+    "autograder.progress",
+    "autograder.answers",
+    "autograder.parameters",
+    "autograder.submitted_tables",
+    "posenc_ref",
+)
+SKIPPED = ("__pycache__",)
+
+
+def _package_files(package: str) -> list[str]:
+    """The regular files of ``package`` (relative to the repository), without caches; links are not followed."""
+    root = REPOSITORY / package
+    found = []
+    for folder, folders, files in os.walk(root):
+        folders[:] = sorted(name for name in folders if name not in SKIPPED and not os.path.islink(Path(folder, name)))
+        for name in sorted(files):
+            path = Path(folder, name)
+            if stat.S_ISREG(path.lstat().st_mode) and not name.endswith(".pyc"):
+                found.append(path.relative_to(REPOSITORY).as_posix())
+    return found
+
+
+def view_files() -> tuple[str, ...]:
+    """Every file of the kernel's view, relative to the repository (and to the view)."""
+    files = list(STUDENT_FILES)
+    for package in STUDENT_PACKAGES:
+        files += _package_files(package)
+    return tuple(files)
+
+
+def view_digest() -> str:
+    """A sha256 of the view's files, names and bytes: the same course gives the same view."""
+    digest = hashlib.sha256()
+    for relative in view_files():
+        data = (REPOSITORY / relative).read_bytes()
+        digest.update(f"{relative}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def kernel_packages(destination: Path) -> Path:
+    """Copy the kernel's view (:func:`view_files`) into ``destination``, which must not exist; return it.
+
+    Files are written read-only; the folder holds nothing else.
+    """
+    destination = Path(destination)
+    destination.mkdir(parents=True, mode=0o755)
+    for relative in view_files():
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        shutil.copyfile(REPOSITORY / relative, target, follow_symlinks=False)
+        target.chmod(0o444)
+    return destination
+
+
+def _private_cache() -> Path:
+    """``<temporary directory>/autograder-<uid>``, made if missing; ValueError unless it is this user's own
+    folder that nobody else can write into (what is there runs in every kernel)."""
+    folder = Path(tempfile.gettempdir()) / f"autograder-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ValueError(f"{folder} is not a private folder of this user; remove it, or give the grader a kernel view")
+    return folder
+
+
+@functools.cache
+def default_kernel_view() -> Path:
+    """The kernel's view of this course, built once in a private cache folder (:func:`_private_cache`) and
+    found there by the hash of its files afterwards."""
+    cache = _private_cache()
+    view = cache / f"kernel-view-{view_digest()[:16]}"
+    if view.is_dir():
+        return view
+    building = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+    kernel_packages(building / "view")
+    try:
+        os.rename(building / "view", view)  # atomic: another process may be building the same view
+    except OSError:
+        if not view.is_dir():
+            raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return view
