@@ -46,13 +46,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 @dataclass(frozen=True)
 class StageRequest:
     """What the worker hands a stage (pickled: the worker is trusted): the task, the released notebook of
-    its assignment, the folder the stage works in (``/grading`` in the sandbox) and whether it is sandboxed."""
+    its assignment, the folder the stage works in (``/grading`` in the sandbox), whether it is sandboxed, the size
+    of the student's notebook and the kernel's control group."""
 
     task: Task
     released: Path
     root: str
     sandboxed: bool
     notebook_bytes: int
+    kernel_group: tuple[int, tuple[str, ...]] | None = None  # the kernel's control group (its launcher joins it)
 
 
 def grade_in_stage(request: StageRequest) -> dict:
@@ -145,7 +147,7 @@ def _set_kernel_sandbox(request: StageRequest, root: Path) -> Path:
         hidden=task.hidden,
         limits=task.limits,
         use_bwrap=request.sandboxed,
-        cgroup=None,  # the whole stage is in the kernel's control group already
+        cgroup=request.kernel_group,
         student=task.student,
         variants=task.variants,
         kernel_view=task.kernel_view,

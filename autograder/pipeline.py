@@ -24,6 +24,7 @@ import pickle
 import shutil
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.crossing import AnswerError, read_answer
@@ -67,61 +68,88 @@ def write_ungraded(task: Task, reason: str, *, grader_failure: bool = False) -> 
     return result
 
 
-def _kernel_group(task: Task, log: list[str]) -> cgroups.KernelGroup | None:
-    """The control group of the whole stage: the kernel's memory and processes, and the stage's own."""
+@dataclass
+class Groups:
+    """The control groups of one submission: ``whole`` holds the two others and limits their sum (memory,
+    processes); ``stage`` holds the grading stage; ``kernel`` the student's kernel, with the kernel's own
+    limits. The kernel's launcher, inside the stage's sandbox, moves the kernel into its group."""
+
+    whole: cgroups.KernelGroup
+    stage: cgroups.KernelGroup
+    kernel: cgroups.KernelGroup
+
+    def remove(self) -> None:
+        for group in (self.kernel, self.stage, self.whole):
+            group.remove()
+
+
+def _groups(task: Task) -> Groups | None:
+    """The submission's control groups, or None where the machine gives none; OSError if they cannot be made."""
     if not task.use_cgroup:
         return None
     limits = task.limits
     memory = (limits.memory_mb + STAGE_MEMORY_MB) * MEGABYTE if limits.memory_mb else 0
     processes = limits.processes + STAGE_PROCESSES if limits.processes else 0
-    return cgroups.KernelGroup.create(memory_bytes=memory, processes=processes)
+    whole = cgroups.KernelGroup.create(memory_bytes=memory, processes=processes)
+    try:
+        stage = whole.child("stage")
+        kernel = whole.child("kernel", memory_bytes=limits.memory_mb * MEGABYTE, processes=limits.processes)
+    except OSError:
+        whole.remove()
+        raise
+    return Groups(whole, stage, kernel)
 
 
-def _memory_note(task: Task, group: cgroups.KernelGroup | None) -> str:
-    if group is None or not group.memory_limit_hits():
+def _memory_note(task: Task, groups: Groups | None) -> str:
+    if groups is None or not (groups.kernel.memory_limit_hits() or groups.whole.memory_limit_hits()):
         return ""
     return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
 
 
-def _start_stage(task: Task, group: cgroups.KernelGroup | None) -> StageOutcome:
+def _start_stage(task: Task, groups: Groups | None) -> StageOutcome:
     released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
     jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
     size = task.notebook.stat().st_size
+    kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
     if task.use_bwrap:
-        request = StageRequest(task, released, ROOT, True, size)
-        argv = bwrap_stage_argv(task.template, jupyter, task.notebook, extra=(Path(task.kernel_view),) if task.kernel_view else ())
+        request = StageRequest(task, released, ROOT, True, size, kernel_group)
+        argv = bwrap_stage_argv(
+            task.template, jupyter, task.notebook,
+            extra=(Path(task.kernel_view),) if task.kernel_view else (),
+            writable=tuple(Path(folder) / "cgroup.procs" for folder in (kernel_group or (0, ()))[1]),
+        )
         environment, cwd = stage_environment(jupyter, HOME), None
     else:
         root = task.directory / "grading"
         (root / "home").mkdir(parents=True)
-        request = StageRequest(task, released, str(root), False, size)
+        request = StageRequest(task, released, str(root), False, size, kernel_group)
         argv = [sys.executable, "-m", "autograder.sandbox"]
         environment, cwd = stage_environment(jupyter, str(root / "home")), str(root)
     return run_stage(
         pickle.dumps(request), argv, environment, task.limits, cwd=cwd,
-        join_group=None if group is None else group.join,
+        join_group=None if groups is None else groups.stage.join,
     )
 
 
 def grade_task(task: Task) -> Result:
     """Grade one submission in its grading stage; never raises."""
     log: list[str] = []
-    group = None
+    groups = None
     try:
         task.directory.mkdir(parents=True, exist_ok=True)
         try:
-            group = _kernel_group(task, log)
+            groups = _groups(task)
         except OSError as error:
             log.append(f"the kernel's control group could not be made: {error}")
             return write_ungraded(task, "the grader could not make the kernel's control group", grader_failure=True)
-        outcome = _start_stage(task, group)
-        return _accept(task, outcome, _memory_note(task, group), log)
+        outcome = _start_stage(task, groups)
+        return _accept(task, outcome, _memory_note(task, groups), log)
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
         log.append(traceback.format_exc())
         return write_ungraded(task, GRADER_FAILURE, grader_failure=True)
     finally:
-        if group is not None:
-            group.remove()
+        if groups is not None:
+            groups.remove()
         with contextlib.suppress(Exception):  # a log that cannot be written must not lose the grade
             task.log.parent.mkdir(parents=True, exist_ok=True)
             task.log.write_bytes("\n".join(log).encode("utf-8", "backslashreplace"))

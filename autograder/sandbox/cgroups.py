@@ -163,6 +163,22 @@ class KernelGroup:
             raise
         return group
 
+    def child(self, name: str, *, memory_bytes: int = 0, processes: int = 0) -> KernelGroup:
+        """A group inside this one, with limits of its own (0: none but this one's); OSError if it cannot be
+        made. cgroup v2 hands the controllers down to it; a group with children holds no process itself."""
+        if self.version == 2:
+            _enable_controllers(self.folders[0])
+        folders = tuple(folder / name for folder in self.folders)
+        for folder in folders:
+            folder.mkdir()
+        group = KernelGroup(self.version, folders)
+        try:
+            group._write_limits(memory_bytes, processes)
+        except OSError:
+            group.remove()
+            raise
+        return group
+
     def _file(self, v2_name: str, v1_name: str) -> Path:
         if self.version == 2:
             return self.folders[0] / v2_name

@@ -114,12 +114,18 @@ def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
-def bwrap_stage_argv(template: Path, jupyter: Path, notebook: Path, extra: tuple[Path, ...] = ()) -> list[str]:
+def bwrap_stage_argv(
+    template: Path, jupyter: Path, notebook: Path, extra: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()
+) -> list[str]:
     """The bwrap command line of a stage: read-only the system, Python, the course's packages, the template
-    course with its kernelspec and the student's notebook; writable nothing until :func:`enter` mounts
-    ``/grading``."""
+    course with its kernelspec, the student's notebook and the ``extra`` folders (the kernel's view of the
+    course); writable the ``writable`` files (the kernel's ``cgroup.procs``), and nothing else until
+    :func:`enter` mounts ``/grading``."""
     argv = [shutil.which("bwrap") or "bwrap"]
-    argv += ["--unshare-all", "--die-with-parent", "--new-session", "--uid", "0", "--gid", "0"]
+    # Every namespace but the control groups': the kernel's launcher moves the kernel into its group (a sibling
+    # of the stage's, which a namespace rooted at the stage's group would refuse).
+    argv += ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+    argv += ["--die-with-parent", "--new-session", "--uid", "0", "--gid", "0"]
     # CAP_SYS_ADMIN for the two mounts, CAP_SETPCAP to empty the bounding set after them (drop_privileges).
     # CAP_SETFCAP stays (see drop_privileges).
     argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SETFCAP"]
@@ -138,6 +144,8 @@ def bwrap_stage_argv(template: Path, jupyter: Path, notebook: Path, extra: tuple
     for path in (template, jupyter, notebook, *extra):
         real = os.path.realpath(path)
         argv += ["--ro-bind", real, real]
+    for path in writable:  # the kernel's control group's cgroup.procs, and nothing else of /sys
+        argv += ["--bind", str(path), str(path)]
     argv += ["--dir", ROOT, "--remount-ro", "/", "--chdir", "/tmp", "--"]
     return argv + [sys.executable, "-m", "autograder.sandbox"]
 
