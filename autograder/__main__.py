@@ -1,5 +1,5 @@
 """``python -m autograder release | grade PATH --out DIR | formgrader --out DIR | feedback --out DIR |
-course --out DIR | check NOTEBOOK``."""
+course --out DIR | check NOTEBOOK | publish --out DIR``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ import sys
 from pathlib import Path
 
 from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
-    return value
+from autograder.check import add_arguments as add_check_arguments
+from autograder.check import positive_int
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     grade.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="local worker processes (default: one per core, no more than the memory holds kernels of --memory-mb)",
     )
@@ -69,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     grade.add_argument(
         "--timeout",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="seconds a cell may run (default: nbgrader_config.py)",
     )
@@ -84,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         ("--tmp-mb", "size of each kernel's /tmp and of its /dev/shm, in MB"),
         ("--notebook-seconds", "wall-clock seconds a whole notebook may run; the cells after are not run"),
     ):
-        grade.add_argument(option, type=_positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
+        grade.add_argument(option, type=positive_int, default=None, help=f"{unit} (default: nbgrader_config.py)")
     grade.add_argument(
         "--db",
         metavar="URL",
@@ -105,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     formgrader.add_argument("--out", type=Path, required=True, help="the --out folder of grade")
     formgrader.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    formgrader.add_argument("--port", type=_positive_int, default=None, help="port (default: a free one)")
+    formgrader.add_argument("--port", type=positive_int, default=None, help="port (default: a free one)")
     formgrader.add_argument("--no-browser", action="store_true", help="do not open a browser")
 
     feedback = commands.add_parser(
@@ -118,9 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     course.add_argument("--out", type=Path, required=True, help="the course directory (created if needed)")
 
-    check = commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel")
-    check.add_argument("notebook", type=Path)
-    check.add_argument("--timeout", type=_positive_int, default=120, help="seconds a cell may run")
+    add_check_arguments(commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel"))
+
+    publish = commands.add_parser(
+        "publish", help="the student edition: the repository students clone, with nothing of the answer key"
+    )
+    publish.add_argument("--out", type=Path, required=True, help="a new or empty folder outside autograder/")
     return parser
 
 
@@ -200,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             gradebook = str(arguments.out / "gradebook.db")
         print(f"wrote {written} in {arguments.out}; the gradebook is {gradebook}")
+        return 0
+    if arguments.command == "publish":
+        from autograder.publish import publish
+
+        try:
+            written = publish(arguments.out)
+        except ValueError as error:
+            print(f"publish: {error}", file=sys.stderr)
+            return 2
+        print(f"wrote the student edition ({len(written)} files) into {arguments.out}; see its README.md")
         return 0
     if arguments.command in ("formgrader", "feedback", "course"):
         return _instructor_command(arguments)

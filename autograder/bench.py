@@ -32,7 +32,8 @@ from pathlib import Path
 import nbformat
 
 from autograder import ASSIGNMENTS, source_notebook
-from autograder.course import TemporaryCourse, kernel_environment_set, run_app
+from autograder.course import TemporaryCourse, run_app
+from autograder.kernels import kernel_environment_set
 
 SOLUTION_LINES = ("### BEGIN SOLUTION", "### END SOLUTION")
 

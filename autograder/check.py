@@ -8,10 +8,14 @@ the hidden tests that decide the grade are not in a student's notebook.
 A test cell passes, fails (it raised), or finds its item not answered yet: :func:`autograder.progress.visible_test`
 then shows the status as data of :data:`autograder.progress.STATUS_MIME`, which is read here. The words and
 lines are those of the notebook's own last cell (:func:`autograder.progress.status_line`).
+
+This module and what it imports are on the student's side: the student edition's ``python -m autograder``
+(:mod:`autograder.publish`) offers this command only, through :func:`main`.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import tempfile
 from dataclasses import dataclass
@@ -21,8 +25,8 @@ from typing import TextIO
 import nbformat
 
 from autograder import ASSIGNMENTS, released_notebook
-from autograder.course import KERNEL_NAME, kernel_environment_set, write_kernelspec
 from autograder.intake.sanitize import read_notebook
+from autograder.kernels import KERNEL_NAME, kernel_environment_set, write_kernelspec
 from autograder.progress import NOT_ANSWERED, STATUS_MIME
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -163,3 +167,27 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
         file=stream,
     )
     return 0 if passed == len(tested) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of ``check``: the notebook and ``--timeout``."""
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--timeout", type=positive_int, default=120, help="seconds a cell may run")
+    return parser
+
+
+def positive_int(text: str) -> int:
+    """An argument that must be a whole number >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autograder check NOTEBOOK`` where ``check`` is the only command (the student edition)."""
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="The course's commands for students.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_arguments(commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel"))
+    arguments = parser.parse_args(argv)
+    return check(arguments.notebook, timeout=arguments.timeout)

@@ -7,78 +7,31 @@ temporary directory, which becomes nbgrader's course root (gradebook, ``release/
 Tools: nbgrader runs the ``alembic`` executable when it creates a gradebook, so the folder of this interpreter
 (the virtual environment's ``bin``) is put first on ``PATH``.
 
-Kernels: a notebook's kernel is the Python that runs this command. A kernelspec named ``python3`` whose
-command is ``sys.executable`` is written into the temporary directory and put first on ``JUPYTER_PATH``, so
-no user-level or system kernelspec of the same name can pick another interpreter. The repository is put on
-the kernel's ``PYTHONPATH``: the hidden tests import :mod:`autograder.answers`, and chapters that build on
-``posenc_ref`` import it even where the package is not installed.
+Kernels: a notebook's kernel is the Python that runs this command, started through the sandbox's launcher
+(:func:`write_kernelspec`), with the kernelspec and environment of :mod:`autograder.kernels`: the repository is
+on the kernel's ``PYTHONPATH``, since the hidden tests import :mod:`autograder.answers`, and chapters that build
+on ``posenc_ref`` import it even where the package is not installed.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 
-from autograder import CONFIG_FILE, REPOSITORY, source_notebook
+from autograder import CONFIG_FILE, REPOSITORY, kernels, source_notebook
 from autograder.gradebook import stamp_if_new
+from autograder.kernels import kernel_environment_set
 
-KERNEL_NAME = "python3"
+# The grader's kernels start through the sandbox's launcher, which runs a plain ipykernel when no grader asked
+# for a sandbox (autograder.sandbox.launcher.main).
+SANDBOX_KERNEL = ("-m", "autograder.sandbox.launcher", "{connection_file}")
 
 
 def write_kernelspec(jupyter_directory: Path) -> Path:
-    """Write ``<jupyter_directory>/kernels/python3/kernel.json`` running this interpreter's ipykernel."""
-    kernel_directory = jupyter_directory / "kernels" / KERNEL_NAME
-    kernel_directory.mkdir(parents=True, exist_ok=True)
-    spec = {
-        # The launcher starts the kernel in its sandbox when the grader asks for one (autograder.sandbox.launcher),
-        # as a plain ipykernel otherwise; a sandboxed kernel is in a session of its own, out of reach of
-        # signals to the launcher's process group, so interrupts are sent as messages.
-        "argv": [sys.executable, "-m", "autograder.sandbox.launcher", "{connection_file}"],
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-        "interrupt_mode": "message",
-        "metadata": {"debugger": False},
-    }
-    (kernel_directory / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
-    return kernel_directory
-
-
-def kernel_environment(jupyter_directory: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment under which kernels resolve to this interpreter and find the repository, and nbgrader
-    finds the executables installed next to this interpreter."""
-    environment = dict(os.environ if base is None else base)
-    path = [str(Path(sys.executable).parent), *filter(None, environment.get("PATH", "").split(os.pathsep))]
-    environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
-    python_path = [str(REPOSITORY), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
-    environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
-    jupyter_path = [
-        str(jupyter_directory),
-        *filter(None, environment.get("JUPYTER_PATH", "").split(os.pathsep)),
-    ]
-    environment["JUPYTER_PATH"] = os.pathsep.join(jupyter_path)
-    # Figures are not shown while grading; several kernels share a few cores.
-    environment["MPLBACKEND"] = "Agg"
-    environment.setdefault("OMP_NUM_THREADS", "1")
-    # The debugger's warning about frozen modules would land on every kernel's stderr.
-    environment["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    return environment
-
-
-@contextmanager
-def kernel_environment_set(jupyter_directory: Path) -> Iterator[None]:
-    """Set :func:`kernel_environment` in ``os.environ`` for the duration of the block."""
-    saved = dict(os.environ)
-    os.environ.update(kernel_environment(jupyter_directory, saved))
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    """Write ``<jupyter_directory>/kernels/python3/kernel.json``, which starts this interpreter's ipykernel through
+    the sandbox's launcher."""
+    return kernels.write_kernelspec(jupyter_directory, SANDBOX_KERNEL)
 
 
 def load_config(course_root: Path, *, timeout: int | None = None, sockets: Path | None = None):

@@ -19,9 +19,10 @@ import nbformat
 import pytest
 
 from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
-from autograder.course import TemporaryCourse, kernel_environment, write_kernelspec
+from autograder.course import TemporaryCourse, write_kernelspec
 from autograder.intake.sanitize import prepare, read_notebook
 from autograder.intake.submissions import collect, extract_notebooks
+from autograder.kernels import kernel_environment
 from autograder.release import COLAB_CELL_ID
 from autograder.verdicts.template import harden_gradebook
 from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source

@@ -4,7 +4,6 @@ grader's side (the expected values of autograder.variants, the hidden tests, the
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import stat
@@ -13,6 +12,14 @@ from pathlib import Path
 
 import pytest
 from planted import sandbox_missing
+from two_sides import (
+    every_variant_needle,
+    hidden_test_needles,
+    holding,
+    imported_names,
+    is_module,
+    submission_bug_needles,
+)
 
 from autograder.sandbox import kernel_view
 from autograder.sandbox.kernel_view import (
@@ -132,102 +139,45 @@ def test_the_kernel_cannot_write_into_its_view(tmp_path, built_view):
 # ------------------------------------------------------------------------------------ the view's files
 
 
-def _needles_of(value, found: set[str]) -> None:
-    """Texts by which an expected value or a mistake's description would show in a file: long strings as they
-    are, floats as Python and the hidden tests write them (repr, 12 significant digits), and lists whole. A
-    single word (a choice, such as "sinusoidal") and a short list ([0, 0]) say nothing of an answer."""
-    if type(value) is str:
-        if len(value) >= 8 and not value.isalpha():
-            found.add(value)
-            found.add(json.dumps(value)[1:-1])  # as a notebook's JSON holds it
-    elif type(value) is float:
-        for text in (repr(value), f"{value:.12g}"):
-            if len(text.lstrip("-0.")) >= 8:  # enough digits to be this value and no other
-                found.add(text)
-    elif type(value) in (list, tuple):
-        if len(value) > 1 and all(type(item) in (int, float) for item in value) and len(repr(list(value))) >= 12:
-            found.add(repr(list(value)))
-        for item in value:
-            _needles_of(item, found)
-    elif type(value) is dict:
-        for item in value.values():
-            _needles_of(item, found)
-
-
-def _needles(variant, students=("", "ana", "ben")) -> set[str]:
-    from autograder.parameters import draw
-
-    found: set[str] = set()
-    for student in students:
-        parameters = draw(variant, student) if student else variant.answer_key
-        _needles_of(variant.constants(parameters), found)
-    return found
-
-
-def _holding(folder: Path, needles: set[str]) -> dict[str, list[str]]:
-    """The files under ``folder`` that contain any of ``needles``, with the needles they contain."""
-    hits = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            inside = sorted(needle for needle in needles if needle.encode() in data)
-            if inside:
-                hits[str(path.relative_to(folder))] = inside
-    return hits
-
-
 @pytest.fixture(scope="module")
 def every_needle() -> dict[str, set[str]]:
     """The expected values and mistakes of every varied item, computed with the grader's side (outside any
     kernel), for the one answer key and two students."""
-    return {variant.item: _needles(variant) for assignment in ASSIGNMENTS for variant in variants_of(assignment)}
+    return every_variant_needle()
 
 
 def test_the_search_finds_the_answer_keys_values_where_the_grader_keeps_them(every_needle):
     # The hidden tests hold the answer key's constants: the same search over the view below would find them there.
     for assignment in ASSIGNMENTS:
-        holding = _holding(REPOSITORY / "autograder" / "source" / assignment,
-                           set().union(*(every_needle[variant.item] for variant in variants_of(assignment))))
-        assert holding, assignment
+        found = holding(REPOSITORY / "autograder" / "source" / assignment,
+                        set().union(*(every_needle[variant.item] for variant in variants_of(assignment))))
+        assert found, assignment
     # autograder/variants/ holds the mistakes' descriptions.
-    assert _holding(REPOSITORY / "autograder" / "variants", every_needle["2.2"])
+    assert holding(REPOSITORY / "autograder" / "variants", every_needle["2.2"])
 
 
 def test_no_file_of_the_view_holds_an_expected_value_or_a_mistake(built_view, every_needle):
-    assert _holding(built_view, set().union(*every_needle.values())) == {}
+    assert holding(built_view, set().union(*every_needle.values())) == {}
 
 
 @pytest.fixture(scope="module")
 def hidden_needles() -> dict[str, set[str]]:
     """The constants of every hidden test of every assignment (the fixed items' answers too), read from source/."""
-    from item_grading import hidden_constants, source_cells
-
-    found = {}
-    for assignment in ASSIGNMENTS:
-        for grade_id, source in source_cells(assignment).items():
-            if "### BEGIN HIDDEN TESTS" in source:
-                needles: set[str] = set()
-                _needles_of(hidden_constants(assignment, grade_id), needles)
-                found[f"{assignment}/{grade_id}"] = needles
-    return found
+    return hidden_test_needles()
 
 
 def test_no_file_of_the_view_holds_a_constant_of_a_hidden_test(built_view, hidden_needles):
     assert sum(map(bool, hidden_needles.values())) >= 20  # most hidden tests have constants long enough to search
     for assignment in ASSIGNMENTS:
         mine = set().union(*(needles for name, needles in hidden_needles.items() if name.startswith(assignment)))
-        assert _holding(REPOSITORY / "autograder" / "source" / assignment, mine), assignment  # found where they are
-    assert _holding(built_view, set().union(*hidden_needles.values())) == {}
+        assert holding(REPOSITORY / "autograder" / "source" / assignment, mine), assignment  # found where they are
+    assert holding(built_view, set().union(*hidden_needles.values())) == {}
 
 
 def test_no_file_of_the_view_says_which_bug_a_submission_of_2_6_has(built_view):
-    from autograder.variants.sinusoidal import SUBMISSIONS, WRONG_LETTER
-
-    needles = {f"{number}: {letter!r}" for number, letter in SUBMISSIONS.items()}
-    needles |= {f'{number}: "{letter}"' for number, letter in SUBMISSIONS.items()}
-    needles |= {why[:40] for why in WRONG_LETTER.values()}
-    assert _holding(REPOSITORY / "autograder" / "variants", needles)  # where the grader keeps them
-    assert _holding(built_view, needles) == {}
+    needles = submission_bug_needles()
+    assert holding(REPOSITORY / "autograder" / "variants", needles)  # where the grader keeps them
+    assert holding(built_view, needles) == {}
 
 
 def test_the_view_is_the_allowlist_and_nothing_else(built_view):
@@ -247,25 +197,9 @@ def test_the_view_is_the_allowlist_and_nothing_else(built_view):
 # ------------------------------------------------------------------------------------ the two sides, statically
 
 
-def _is_module(name: str) -> bool:
-    """Whether ``name`` is a module or package of the repository (``autograder.variants``, not ``autograder.ASSIGNMENTS``)."""
-    path = REPOSITORY.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
-
-
 def _imported_modules(path: Path) -> set[str]:
-    """Every module of the repository that ``path`` imports, at its top or inside a function (``from x import y``
-    imports x, and x.y when y is a module; relative imports resolved)."""
-    package = path.relative_to(REPOSITORY).with_suffix("").parts[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            parent = list(package[: len(package) - node.level + 1]) if node.level else []
-            base = ".".join([*parent, *([node.module] if node.module else [])])
-            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-    return {name for name in found if _is_module(name)}
+    """Every module of the repository that ``path`` imports (:func:`two_sides.imported_names`)."""
+    return {name for name in imported_names(path, REPOSITORY) if is_module(name, REPOSITORY)}
 
 
 STUDENT_SIDE = {"autograder", "autograder.progress", "autograder.answers", "autograder.parameters",

@@ -26,7 +26,8 @@ import pytest
 from planted import write_submission
 from redteam import ASSIGNMENT, ATTACKS, attack_notebook, released
 
-from autograder.course import NbgraderError, TemporaryCourse, kernel_environment_set, run_app
+from autograder.course import NbgraderError, TemporaryCourse, run_app
+from autograder.kernels import kernel_environment_set
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE
 
 pytestmark = [

@@ -18,7 +18,8 @@ import nbformat
 import pytest
 
 from autograder import ASSIGNMENTS, progress, released_notebook, source_notebook
-from autograder.course import KERNEL_NAME, kernel_environment_set, write_kernelspec
+from autograder.course import write_kernelspec
+from autograder.kernels import KERNEL_NAME, kernel_environment_set
 from autograder.progress import NotAnswered, print_status, visible_test
 
 

@@ -111,7 +111,8 @@ def grade_on_worker(course_key: str, task: Task, notebook: bytes) -> Shipped:
 
     The task's paths are the main process's: they are replaced by paths here.
     """
-    from autograder.course import kernel_environment, write_kernelspec
+    from autograder.course import write_kernelspec
+    from autograder.kernels import kernel_environment
     from autograder.pipeline import grade_task
 
     template = _courses.get(course_key)

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.course import kernel_environment
+from autograder.kernels import kernel_environment
 from autograder.pipeline import grade_task, write_ungraded
 from autograder.types import Result, Task
 

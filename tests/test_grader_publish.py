@@ -1,0 +1,254 @@
+"""The student edition (``python -m autograder publish``): exactly the files of its allowlist, none of which holds
+or computes an answer, whose Python imports nothing of the grader's side, and whose ``check`` runs on its own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import nbformat
+import pytest
+from two_sides import (
+    every_variant_needle,
+    hidden_section_needles,
+    hidden_test_needles,
+    holding,
+    imported_names,
+    is_module,
+    submission_bug_needles,
+    written_answer_needles,
+)
+
+from autograder.publish import publish
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
+# Written out here, not taken from autograder.publish; posenc_ref's Python files are added below.
+ALLOWLIST = {
+    ".binder/requirements.txt", ".binder/runtime.txt", ".gitignore", "README.md", "pyproject.toml",
+    "requirements.txt",
+    *(f"notebooks/{assignment}.ipynb" for assignment in ASSIGNMENTS),
+    "autograder/__init__.py", "autograder/__main__.py", "autograder/answers.py", "autograder/check.py",
+    "autograder/kernels.py", "autograder/nbgrader_config.py", "autograder/parameters.py", "autograder/progress.py",
+    "autograder/submitted_tables.py", "autograder/intake/__init__.py", "autograder/intake/safe_files.py",
+    "autograder/intake/sanitize.py",
+}
+GRADERS_SIDE = ("autograder.variants", "autograder.verdicts", "autograder.grade", "autograder.pipeline",
+                "autograder.grading_stage", "autograder.source", "autograder.course", "autograder.gradebook",
+                "autograder.sandbox", "autograder.release", "autograder.publish", "autograder.records")
+FIRST_PARTY = ("autograder", "posenc_ref")
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("publish") / "edition"
+    publish(out)
+    return out
+
+
+def _files(folder: Path) -> set[str]:
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
+
+
+def test_the_edition_is_the_allowlist_and_nothing_else(edition):
+    package = {path.relative_to(REPOSITORY).as_posix() for path in (REPOSITORY / "posenc_ref").rglob("*.py")
+               if "__pycache__" not in path.parts}
+    assert len(package) > 20
+    assert _files(edition) == ALLOWLIST | package
+    assert not any(path.is_symlink() for path in edition.rglob("*"))
+    for relative in _files(edition) - {"README.md", "requirements.txt", "pyproject.toml", ".gitignore",
+                                       "autograder/__main__.py"}:
+        assert (edition / relative).read_bytes() == (REPOSITORY / relative).read_bytes(), relative
+    for relative in ("README.md", "requirements.txt", "pyproject.toml", "autograder/__main__.py"):
+        assert (edition / relative).read_bytes() != (REPOSITORY / relative).read_bytes(), relative  # its own
+
+
+# ------------------------------------------------------------------------------------ the answer key
+
+
+@pytest.fixture(scope="module")
+def answer_key() -> dict[str, set[str]]:
+    """Every text of the answer key, computed with the grader's side outside the edition, by where it comes from."""
+    needles = {f"variant {item}": found for item, found in every_variant_needle().items()}
+    needles |= {f"hidden constants {name}": found for name, found in hidden_test_needles().items()}
+    needles |= {f"hidden code {name}": found for name, found in hidden_section_needles().items()}
+    needles |= {f"solution {name}": found for name, found in written_answer_needles().items()}
+    needles["2.6 submissions' bugs"] = submission_bug_needles()
+    return {name: found for name, found in needles.items() if found}
+
+
+def test_the_search_finds_the_answer_key_where_the_instructor_keeps_it(answer_key):
+    assert sum(name.startswith("solution ") for name in answer_key) >= 25
+    assert sum(name.startswith("hidden code ") for name in answer_key) >= 40
+    assert sum(name.startswith("hidden constants ") for name in answer_key) >= 20
+    mark_schemes = set().union(*(found for name, found in answer_key.items() if name.startswith("solution ")))
+    assert any("1 point: " in needle for needle in mark_schemes)  # the mark schemes' lines are searched for
+    kept = [REPOSITORY / "autograder" / "source", REPOSITORY / "autograder" / "variants"]
+    written = ("solution ", "hidden code ", "2.6")  # texts of the sources, found each
+    missed = [name for name, found in answer_key.items()
+              if name.startswith(written) and not any(holding(folder, found) for folder in kept)]
+    assert missed == []
+    # Values: a few hidden tests compute theirs (a sine, a permutation), so they are looked for per assignment.
+    for assignment in ASSIGNMENTS:
+        values = set().union(*(found for name, found in answer_key.items()
+                               if name.startswith("hidden constants ") and assignment in name))
+        assert holding(REPOSITORY / "autograder" / "source" / assignment, values), assignment
+    assert holding(REPOSITORY / "autograder" / "variants", answer_key["variant 2.2"])
+
+
+def test_no_file_of_the_edition_holds_the_answer_key(edition, answer_key):
+    found = {name: hits for name, needles in answer_key.items() if (hits := holding(edition, needles))}
+    assert found == {}
+
+
+# ------------------------------------------------------------------------------------ imports
+
+
+def _import_problems(edition: Path) -> list[str]:
+    """Every import of a Python file of ``edition`` that does not resolve inside it (for ``autograder`` and
+    ``posenc_ref``) or to an installed package (for any other), or that names a module of the grader's side."""
+    problems = []
+    for path in sorted(edition.rglob("*.py")):
+        for name in sorted(imported_names(path, edition)):
+            where = f"{path.relative_to(edition)} imports {name}"
+            if name == "__future__" or name.startswith("__future__."):
+                continue
+            if any(name == graders or name.startswith(f"{graders}.") for graders in GRADERS_SIDE):
+                problems.append(f"{where}, of the grader's side")
+            elif name.split(".")[0] in FIRST_PARTY:
+                # `from autograder import ASSIGNMENTS` names a value; `from autograder import course` a module
+                if is_module(name, REPOSITORY) and not is_module(name, edition):
+                    problems.append(f"{where}, not in the edition")
+            elif "." not in name and importlib.util.find_spec(name) is None:
+                problems.append(f"{where}, which is not installed")
+    return problems
+
+
+def test_every_import_of_the_edition_resolves_in_it_or_to_an_installed_package(edition):
+    assert _import_problems(edition) == []
+
+
+def test_the_import_search_sees_a_graders_module_and_a_missing_one(tmp_path, edition):
+    copy = tmp_path / "edition"
+    publish(copy)
+    (copy / "autograder" / "planted.py").write_text(
+        "from autograder.variants import variants_of\nfrom . import course\n\n\ndef f():\n    import no_such_package\n")
+    assert _import_problems(copy) == [
+        "autograder/planted.py imports autograder.course, of the grader's side",
+        "autograder/planted.py imports autograder.variants, of the grader's side",
+        "autograder/planted.py imports autograder.variants.variants_of, of the grader's side",
+        "autograder/planted.py imports no_such_package, which is not installed",
+    ]
+
+
+def test_the_editions_requirements_are_the_courses_pins(edition):
+    def requirements(path: Path) -> set[str]:
+        return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+    mine = requirements(edition / "requirements.txt")
+    assert {"torch==2.13.0", "nbformat==5.11.1", "jupyterlab==4.6.6"} <= mine
+    assert mine <= requirements(REPOSITORY / "requirements.txt")
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+
+def test_publish_refuses_a_folder_that_is_not_empty(tmp_path):
+    out = tmp_path / "edition"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=f"--out must be a new or an empty folder, got {out}"):
+        publish(out)
+    assert [path.name for path in out.iterdir()] == ["notes.txt"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="--out"):
+        publish(tmp_path / "file")
+
+
+@pytest.mark.parametrize("inside", ["autograder/edition", "autograder", "posenc_ref/edition"])
+def test_publish_refuses_a_folder_inside_the_packages(inside):
+    with pytest.raises(ValueError, match=f"--out must lie outside .*, got {REPOSITORY / inside}"):
+        publish(REPOSITORY / inside)
+    assert not (REPOSITORY / inside).exists() or inside == "autograder"
+
+
+def test_the_command_refuses_a_folder_that_is_not_empty(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    completed = subprocess.run([sys.executable, "-m", "autograder", "publish", "--out", str(tmp_path)],
+                               cwd=REPOSITORY, capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 2
+    assert f"--out must be a new or an empty folder, got {tmp_path}" in completed.stderr
+
+
+# ------------------------------------------------------------------------------------ check, on its own
+
+PROBE_CELL = """import json, sys
+import autograder.progress, posenc_ref
+finders = [getattr(finder, "__module__", "") or getattr(finder, "__name__", "") for finder in sys.meta_path]
+with open("where.json", "w") as file:
+    json.dump({"autograder": autograder.progress.__file__, "posenc_ref": posenc_ref.__file__, "finders": finders}, file)
+"""
+PROBE = """import autograder, json, sys
+finders = [getattr(finder, "__module__", "") or getattr(finder, "__name__", "") for finder in sys.meta_path]
+print(json.dumps({"autograder": autograder.__file__, "path": sys.path, "finders": finders}))
+"""
+
+
+def _isolated_python(folder: Path) -> Path:
+    """A new virtual environment that sees this one's installed packages but none of its editable installs: a
+    path file names this environment's site-packages, whose own path files (the editable finder of the course's
+    checkout) are then not run."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    python = folder / "bin" / "python"
+    site_packages = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    Path(site_packages, "course_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+@pytest.mark.slow
+def test_check_runs_in_the_edition_alone_and_finds_nothing_answered(tmp_path):
+    edition = tmp_path / "edition"
+    publish(edition)
+    notebook_path = edition / "notebooks" / "01_permutation.ipynb"
+    notebook = nbformat.read(notebook_path, as_version=4)
+    tests = sum(bool(cell.metadata.get("nbgrader", {}).get("grade")) and cell.cell_type == "code"
+                for cell in notebook.cells)
+    notebook.cells.append(nbformat.v4.new_code_cell(PROBE_CELL))
+    nbformat.write(notebook, notebook_path)
+
+    python = _isolated_python(tmp_path / "venv")
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    environment |= {"PYTHONPATH": str(edition), "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), *arguments], cwd=edition, env=environment, capture_output=True,
+                              text=True, timeout=600, check=False)
+
+    probe = run("-c", PROBE)
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout)
+    assert Path(seen["autograder"]).is_relative_to(edition)
+    assert not any(Path(entry).resolve() == REPOSITORY.resolve() for entry in seen["path"] if entry)
+    assert not any("editable" in finder for finder in seen["finders"]), seen["finders"]
+    assert importlib.util.find_spec("autograder.variants") is not None  # what the isolation hides, here
+    hidden = run("-c", "import autograder.variants")
+    assert hidden.returncode == 1 and "ModuleNotFoundError" in hidden.stderr, hidden.stderr
+
+    completed = run("-m", "autograder", "check", "notebooks/01_permutation.ipynb")
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 1, output  # as check exits for a notebook with no answer yet
+    lines = [line for line in completed.stdout.splitlines() if line.strip()]
+    assert len(lines) == tests + 1 and all(line.lstrip().startswith("NOT ANSWERED") for line in lines[:-1]), output
+    assert lines[-1].startswith(f"0 of {tests} visible tests pass ({tests} not answered yet)"), output
+    kernel = json.loads((edition / "notebooks" / "where.json").read_text())  # what the notebook's kernel imported
+    assert Path(kernel["autograder"]).is_relative_to(edition) and Path(kernel["posenc_ref"]).is_relative_to(edition)
+    assert not any("editable" in finder for finder in kernel["finders"]), kernel["finders"]
+
+    usage = run("-m", "autograder", "grade", "x", "--out", "y")  # the edition offers check only
+    assert usage.returncode == 2 and "invalid choice: 'grade'" in usage.stderr, usage.stderr
