@@ -12,7 +12,7 @@ this repository stays out of it until it is named here:
   what the notebooks import), the modules of ``python -m autograder check`` (:data:`CHECK_FILES`) and
   ``nbgrader_config.py``, whose ``c.AutograderVariants.enabled`` the notebooks read when they print a student's
   parameters;
-- ``.binder/`` as it is here, and the edition's own files, kept in ``student_edition/``: its README, its
+- ``.binder/`` as it is here, and the edition's own files, kept in ``autograder/student_edition/``: its README, its
   ``requirements.txt`` and ``pyproject.toml``, a ``.gitignore``, and ``autograder/__main__.py``, which offers
   ``check`` only.
 
@@ -30,7 +30,8 @@ from pathlib import Path
 from autograder import ASSIGNMENTS, COURSE_DIRECTORY, REPOSITORY, released_notebook
 from autograder.sandbox.kernel_view import STUDENT_FILES, view_files
 
-OWN_FILES = REPOSITORY / "student_edition"  # the files the edition has and this repository does not
+# The files the edition has and this repository does not.
+OWN_FILES = REPOSITORY / "autograder" / "student_edition"
 # `python -m autograder check` and what it imports, beyond the kernel's view (tests/test_grader_publish.py follows
 # the imports of every file of the edition and fails on one of the grader's side).
 CHECK_FILES = (
