@@ -21,7 +21,7 @@ import nbformat
 
 from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
-from autograder.feedback.escape import sanitize_notebook_file
+from autograder.feedback.outputs import sanitize_notebook_file
 from autograder.feedback.pages import add_notes, ungraded_page
 from autograder.sandbox import cgroups
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
