@@ -21,6 +21,7 @@ from traitlets.config import Config
 
 from autograder.feedback.escape import (
     CSP_META,
+    clean_html,
     csv_cell,
     csv_row,
     html_text,
@@ -280,6 +281,42 @@ def test_html_output_keeps_tables_links_and_data_images():
     assert output.data["text/html"] == (
         '<table><thead><tr><th>x</th></tr></thead><tbody><tr><td colspan="2">0.5</td></tr></tbody></table>'
         f'<a href="https://example.org/" title="t">site</a><img src="data:image/png;base64,{PNG}" alt="plot">'
+    )
+
+
+@pytest.mark.parametrize(
+    ("hostile", "expected"),
+    [
+        ('<img width="1 onerror=alert(1)" height="2">', '<img height="2">'),
+        ("<img width=1e3 height=0x10>", "<img>"),
+        ('<img width=" 12" height="12 ">', "<img>"),
+        ("<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">",
+         "<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">"),  # quoted by the other quote
+        (
+            '<table><tr><td colspan="2 onclick=x" rowspan="3">c</td></tr></table>',
+            '<table><tbody><tr><td rowspan="3">c</td></tr></tbody></table>',
+        ),
+        ('<img src="data:image/svg+xml;base64,PHN2Zz4=" alt="svg">', '<img alt="svg">'),
+        ('<abbr title="<script>alert(1)</script>">t</abbr>', '<abbr title="&lt;script>alert(1)&lt;/script>">t</abbr>'),
+    ],
+)
+def test_clean_html_keeps_no_attribute_that_could_break_out_of_a_template(hostile, expected):
+    # Sizes are digits only; other text attributes are quoted by bleach, their quotes escaped.
+    assert clean_html(hostile) == expected
+
+
+def test_clean_html_keeps_mathml_and_drops_its_links_styles_and_handlers():
+    hostile = (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block" onload="x">'
+        '<mrow href="javascript:alert(1)" style="position:fixed"><mi mathvariant="bold">x</mi>'
+        '<mspace width="1em" mathbackground="black"></mspace><mi mathvariant="a&quot; onclick=&quot;x">y</mi>'
+        "<mtext><script>alert(2)</script></mtext><maction actiontype=\"statusline\">z</maction></mrow></math>"
+        '<math xmlns="http://www.w3.org/1999/xhtml"></math>'
+    )
+    assert clean_html(hostile) == (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
+        '<mrow><mi mathvariant="bold">x</mi><mspace width="1em" mathbackground="black"></mspace><mi>y</mi>'
+        "<mtext>alert(2)</mtext>z</mrow></math><math></math>"
     )
 
 

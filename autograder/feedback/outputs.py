@@ -288,8 +288,6 @@ def rebuilt_cell(cell: object, budget: Budget) -> NotebookNode:
             new = new_raw_cell(budgeted_html(_source(cell), budget) or "", metadata=metadata)
     except InvalidNotebook:
         new = new_markdown_cell(html_block(html_text(notice("a cell that could not be rendered"))))
-    if isinstance(cell.get("id"), str) and _CELL_ID.fullmatch(cell["id"]):
-        new.id = cell["id"]
     return new
 
 
@@ -313,10 +311,19 @@ def sanitize_notebook(notebook: NotebookNode) -> NotebookNode:
     feedback page and the formgrader; ``notebook`` is not changed."""
     budget = Budget()
     cells = notebook.get("cells") if isinstance(notebook.get("cells"), list) else []
-    return new_notebook(
-        cells=[rebuilt_cell(cell, budget) for cell in cells],
-        metadata=rebuilt_notebook_metadata(notebook.get("metadata")),
-    )
+    rebuilt = [rebuilt_cell(cell, budget) for cell in cells]
+    _keep_cell_ids(cells, rebuilt)
+    return new_notebook(cells=rebuilt, metadata=rebuilt_notebook_metadata(notebook.get("metadata")))
+
+
+def _keep_cell_ids(cells: list, rebuilt: list[NotebookNode]) -> None:
+    """Each rebuilt cell takes its cell's id where that is a valid id not taken by a cell before it."""
+    taken: set[str] = set()
+    for cell, new in zip(cells, rebuilt, strict=True):
+        wanted = cell.get("id") if isinstance(cell, dict) else None
+        if isinstance(wanted, str) and _CELL_ID.fullmatch(wanted) and wanted not in taken:
+            new.id = wanted
+        taken.add(new.id)
 
 
 def sanitize_notebook_file(path: Path) -> None:
