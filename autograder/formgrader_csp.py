@@ -6,8 +6,12 @@ header on every response of the server: scripts load from the server itself (``'
 runs only where its text is one of the inline scripts of the pages' own templates (nbgrader's formgrader,
 JupyterLab's page, Jupyter server's pages), each allowed by its SHA-256 hash for that response; an inline
 event handler (``onclick="toggle_name(true);"``) runs only where it is one written in those templates, by its
-hash too (``'unsafe-hashes'`` lets hashes, and only hashes, name handlers). Neither ``'unsafe-inline'`` nor
-``'unsafe-eval'`` is allowed: whatever a notebook smuggles into a page does not run.
+hash too (``'unsafe-hashes'`` lets hashes, and only hashes, name handlers). ``'unsafe-inline'`` is never
+allowed: whatever a notebook smuggles into a page does not run. ``'unsafe-eval'`` is allowed on JupyterLab's
+own page (``/lab`` and below) only, which cannot start without it: its settings registry compiles JSON schemas
+into functions (ajv), and under a policy without eval Chromium refuses that ("EvalError: Evaluating a string as
+JavaScript violates the following Content Security Policy directive") and most of its plugins fail to
+activate. nbgrader's formgrader pages, where student notebooks are shown, run without it.
 
 nbgrader's templates fill some inline scripts with the page's names (``var assignment_id = "{{ assignment_id
 }}";``). A script matches its template only where each such value is a plain name (letters, digits and
@@ -90,11 +94,13 @@ def sha256_source(text: bytes) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text).digest()).decode() + "'"
 
 
-def content_security_policy(script_hashes: Iterable[str]) -> str:
-    """The header: scripts from the server and the hashed inline ones; styles inline too (nbgrader's pages
-    and JupyterLab set them); images and fonts also from ``data:`` and ``blob:`` (plots, JupyterLab's icons);
-    connections (the kernel's websocket included) to the server only; no plugin; framed by the server only."""
-    scripts = " ".join(["'self'", "'report-sample'", "'unsafe-hashes'", *sorted(set(script_hashes))])
+def content_security_policy(script_hashes: Iterable[str], allow_eval: bool = False) -> str:
+    """The header: scripts from the server and the hashed inline ones (and ``eval`` where ``allow_eval``: see
+    the module's docstring); styles inline too (nbgrader's pages and JupyterLab set them); images and fonts
+    also from ``data:`` and ``blob:`` (plots, JupyterLab's icons); connections (the kernel's websocket
+    included) to the server only; no plugin; framed by the server only."""
+    evaluation = ["'unsafe-eval'"] if allow_eval else []
+    scripts = " ".join(["'self'", "'report-sample'", "'unsafe-hashes'", *evaluation, *sorted(set(script_hashes))])
     return "; ".join(
         [
             "default-src 'self'",
@@ -136,18 +142,26 @@ class ScriptPolicy(OutputTransform):
     the allowed inline scripts of an HTML page (a page sent in several pieces gets those of its first)."""
 
     inline_scripts: InlineScripts | None = None
+    jupyterlab_path = "/lab"  # under the server's base URL, set when the extension loads
+
+    def __init__(self, request) -> None:
+        self.path = request.path
+
+    def is_jupyterlab(self) -> bool:
+        return self.path == self.jupyterlab_path or self.path.startswith(self.jupyterlab_path + "/")
 
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         if ScriptPolicy.inline_scripts is None:
             ScriptPolicy.inline_scripts = InlineScripts(_templates())
         is_html = headers.get("Content-Type", "").startswith("text/html")
-        page = chunk if is_html else b""
-        headers["Content-Security-Policy"] = content_security_policy(ScriptPolicy.inline_scripts.hashes(page))
+        hashes = ScriptPolicy.inline_scripts.hashes(chunk if is_html else b"")
+        headers["Content-Security-Policy"] = content_security_policy(hashes, allow_eval=self.is_jupyterlab())
         return status_code, headers, chunk
 
 
 def _load_jupyter_server_extension(serverapp) -> None:
     """Jupyter server's entry point: the policy goes first among the transforms (before compression)."""
+    ScriptPolicy.jupyterlab_path = serverapp.base_url.rstrip("/") + "/lab"
     serverapp.web_app.transforms.insert(0, ScriptPolicy)
     serverapp.log.info("autograder: every response carries a Content-Security-Policy without inline script")
 
