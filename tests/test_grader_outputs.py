@@ -178,6 +178,15 @@ def test_streams_errors_and_results_are_rebuilt_with_their_text():
     ]
 
 
+@pytest.mark.parametrize(("count", "expected"), [(3, 3), (0, 0), (-1, None), (True, None), (2.0, None), ("4", None)])
+def test_execution_counts_are_non_negative_ints(count, expected):
+    cell = _code(_display({"text/plain": "x"}, kind="execute_result") | {"execution_count": count})
+    rebuilt = sanitize_notebook(_notebook(cell | {"execution_count": count}))
+    nbformat.validate(rebuilt)
+    assert rebuilt.cells[0].execution_count == expected
+    assert rebuilt.cells[0].outputs[0].execution_count == expected
+
+
 def test_long_text_is_cut_with_a_note():
     (output,) = _rebuilt_outputs({"output_type": "stream", "name": "stdout", "text": "x" * 300_000})
     assert output["text"] == "x" * 200_000 + "\n[... 100000 more characters not shown]"
@@ -356,8 +365,9 @@ hostile_outputs = st.one_of(
     st.dictionaries(st.sampled_from(["output_type", "data", "metadata"]), json_values, max_size=3),
 )  # fmt: skip
 cells = st.one_of(
-    st.builds(lambda outs, meta: _code(*outs, metadata=meta), st.lists(hostile_outputs, max_size=4),
-              st.dictionaries(st.sampled_from(["nbgrader", "tags", "x"]), json_values, max_size=2)),
+    st.builds(lambda outs, meta, count: _code(*outs, metadata=meta) | {"execution_count": count},
+              st.lists(hostile_outputs, max_size=4),
+              st.dictionaries(st.sampled_from(["nbgrader", "tags", "x"]), json_values, max_size=2), json_values),
     st.builds(lambda source, files: _markdown(source, attachments=files), hostile_text,
               st.dictionaries(st.just("a.png"), st.dictionaries(st.sampled_from(MIME_TYPES), data_values))),
 )  # fmt: skip

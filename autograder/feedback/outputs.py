@@ -200,6 +200,12 @@ def rebuilt_bundle(data: object, metadata: object, budget: Budget) -> tuple[dict
     return kept, kept_metadata
 
 
+def execution_count(item: dict) -> int | None:
+    """The ``execution_count`` of a cell or result: an ``int`` from 0 on (not a ``bool``), else ``None``."""
+    count = item.get("execution_count")
+    return count if type(count) is int and count >= 0 else None
+
+
 def _text_list(value: object) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
         return None
@@ -222,9 +228,7 @@ def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
         data, metadata = rebuilt_bundle(output.get("data"), output.get("metadata"), budget)
         if kind == "display_data":
             return new_output(kind, data=data, metadata=metadata)
-        count = output.get("execution_count")
-        count = count if type(count) is int else None
-        return new_output(kind, data=data, metadata=metadata, execution_count=count)
+        return new_output(kind, data=data, metadata=metadata, execution_count=execution_count(output))
     if kind == "error":
         traceback = _text_list(output.get("traceback"))
         names = (output.get("ename"), output.get("evalue"))
@@ -276,10 +280,9 @@ def rebuilt_cell(cell: object, budget: Budget) -> NotebookNode:
     kind = cell.get("cell_type")
     try:
         if kind == "code":
-            count = cell.get("execution_count")
             outputs = cell.get("outputs") if isinstance(cell.get("outputs"), list) else []
             new = new_code_cell(
-                _source(cell), metadata=metadata, execution_count=count if type(count) is int else None,
+                _source(cell), metadata=metadata, execution_count=execution_count(cell),
                 outputs=[rebuilt_output(output, budget) for output in outputs],
             )  # fmt: skip
         elif kind == "markdown":
