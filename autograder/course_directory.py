@@ -7,7 +7,7 @@
   ``PGPASSWORD`` or ``~/.pgpass`` supply it to the commands that read this file);
 - ``source/<assignment>/<assignment>.ipynb``: the exercises as they were graded;
 - ``autograded/<student>/<assignment>/<assignment>.ipynb``: each submission as the grader ran it, its outputs
-  cleaned like a feedback page's (:func:`autograder.feedback.escape.sanitize_notebook`): the notebooks the
+  cleaned like a feedback page's (:func:`autograder.feedback.outputs.sanitize_notebook`): the notebooks the
   formgrader shows, so no script a student printed runs in the instructor's Jupyter;
 - ``feedback/<student>/<assignment>/``: the feedback page, with nbgrader's ``timestamp.txt`` and
   ``submission_secret.txt`` when the submission was collected from nbgrader's exchange (``nbgrader

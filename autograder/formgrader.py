@@ -8,6 +8,10 @@ configuration there and writes its log there, never in the repository), with the
 first on ``PATH`` (nbgrader runs the ``alembic`` program installed next to it), on ``--ip`` (loopback by
 default) and ``--port`` (a free one by default), with a token drawn at random unless ``JUPYTER_TOKEN`` is set
 (and with ``--allow-root`` when run as root).
+The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
+the browser, which would be a root shell where the grader runs as root), and every response carries the
+Content-Security-Policy of :mod:`autograder.formgrader_csp` (no inline script runs but the templates' own),
+a server extension that this package puts on the server's ``PYTHONPATH``.
 The command prints the formgrader's address with the token once the server answers, and runs until it is
 stopped (Ctrl-C), stopping JupyterLab with it.
 """
@@ -27,6 +31,7 @@ from typing import TextIO
 from autograder.course_directory import configured_db_url
 
 START_SECONDS = 120
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # where the server imports autograder.formgrader_csp
 
 
 def free_port(ip: str) -> int:
@@ -47,6 +52,8 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         "--ServerApp.default_url=/formgrader",
+        "--ServerApp.terminals_enabled=False",
+        '--ServerApp.jpserver_extensions={"autograder.formgrader_csp": True}',
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root
         command.append("--allow-root")
@@ -57,6 +64,8 @@ def jupyterlab_environment(token: str) -> dict[str, str]:
     environment = dict(os.environ)
     path = [str(Path(sys.executable).parent), *filter(None, environment.get("PATH", "").split(os.pathsep))]
     environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
+    python_path = [str(PACKAGE_ROOT), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
+    environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
     environment["JUPYTER_TOKEN"] = token
     return environment
 

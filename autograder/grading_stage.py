@@ -71,7 +71,7 @@ def grade_in_stage(request: StageRequest) -> dict:
 def _grade(request: StageRequest, log: list[str]) -> dict:
     from nbgrader.converters import Autograde, GenerateFeedback
 
-    from autograder.feedback.escape import sanitize_notebook_file
+    from autograder.feedback.outputs import sanitize_notebook_file
     from autograder.intake.sanitize import prepare
 
     task = request.task

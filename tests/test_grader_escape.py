@@ -21,14 +21,14 @@ from traitlets.config import Config
 
 from autograder.feedback.escape import (
     CSP_META,
+    clean_html,
     csv_cell,
     csv_row,
     html_text,
     report_text,
-    sanitize_notebook,
-    sanitize_notebook_file,
     with_content_security_policy,
 )
+from autograder.feedback.outputs import sanitize_notebook, sanitize_notebook_file
 from autograder.feedback.pages import Item, add_notes, ungraded_page
 
 CSP = (
@@ -79,6 +79,10 @@ a highlighted code block with a blank line
 [in code](javascript:alert(26))
 ~~~
 """
+# $x^2$ and $x > 1$ as MathML, written out by hand from the MathML specification's presentation markup.
+MATHML = '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>{}</mrow></math>'
+X_SQUARED_INLINE = MATHML.format("<msup><mi>x</mi><mn>2</mn></msup>")
+X_GT_ONE_INLINE = MATHML.format("<mi>x</mi><mo>&#x0003E;</mo><mn>1</mn>")  # ">" as a character reference
 # Markdown links that the student's markdown holds as text (in raw HTML, in code): they must stay text.
 INERT_LINKS = ("[inside html](javascript:alert(25))", "[in code](javascript:alert(26))")
 ORDINARY_MARKDOWN = """\
@@ -280,6 +284,42 @@ def test_html_output_keeps_tables_links_and_data_images():
     )
 
 
+@pytest.mark.parametrize(
+    ("hostile", "expected"),
+    [
+        ('<img width="1 onerror=alert(1)" height="2">', '<img height="2">'),
+        ("<img width=1e3 height=0x10>", "<img>"),
+        ('<img width=" 12" height="12 ">', "<img>"),
+        ("<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">",
+         "<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">"),  # quoted by the other quote
+        (
+            '<table><tr><td colspan="2 onclick=x" rowspan="3">c</td></tr></table>',
+            '<table><tbody><tr><td rowspan="3">c</td></tr></tbody></table>',
+        ),
+        ('<img src="data:image/svg+xml;base64,PHN2Zz4=" alt="svg">', '<img alt="svg">'),
+        ('<abbr title="<script>alert(1)</script>">t</abbr>', '<abbr title="&lt;script>alert(1)&lt;/script>">t</abbr>'),
+    ],
+)
+def test_clean_html_keeps_no_attribute_that_could_break_out_of_a_template(hostile, expected):
+    # Sizes are digits only; other text attributes are quoted by bleach, their quotes escaped.
+    assert clean_html(hostile) == expected
+
+
+def test_clean_html_keeps_mathml_and_drops_its_links_styles_and_handlers():
+    hostile = (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block" onload="x">'
+        '<mrow href="javascript:alert(1)" style="position:fixed"><mi mathvariant="bold">x</mi>'
+        '<mspace width="1em" mathbackground="black"></mspace><mi mathvariant="a&quot; onclick=&quot;x">y</mi>'
+        "<mtext><script>alert(2)</script></mtext><maction actiontype=\"statusline\">z</maction></mrow></math>"
+        '<math xmlns="http://www.w3.org/1999/xhtml"></math>'
+    )
+    assert clean_html(hostile) == (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
+        '<mrow><mi mathvariant="bold">x</mi><mspace width="1em" mathbackground="black"></mspace><mi>y</mi>'
+        "<mtext>alert(2)</mtext>z</mrow></math><math></math>"
+    )
+
+
 def test_active_outputs_are_replaced_by_their_text_or_a_notice():
     outputs = _outputs(
         _display(
@@ -309,7 +349,7 @@ def test_output_values_that_are_not_text_are_removed():
     assert output.data == {"text/plain": "shown"}
 
 
-def test_plots_latex_and_text_outputs_are_kept_as_they_are():
+def test_plots_and_text_outputs_are_kept_and_latex_becomes_mathml():
     figure = _display(
         {"image/png": PNG, "text/plain": "<Figure size 640x480 with 1 Axes>"},
         {"image/png": {"width": 640, "height": 480}},
@@ -320,7 +360,7 @@ def test_plots_latex_and_text_outputs_are_kept_as_they_are():
     outputs = _outputs(figure, latex, stream, error)
     assert outputs[0].data == {"image/png": PNG, "text/plain": "<Figure size 640x480 with 1 Axes>"}
     assert outputs[0].metadata == {"image/png": {"width": 640, "height": 480}}
-    assert outputs[1].data == {"text/latex": "$x^2$", "text/plain": "x**2"}
+    assert outputs[1].data == {"text/html": X_SQUARED_INLINE, "text/plain": "x**2"}
     assert outputs[2].text == "<script>alert(1)</script>\n"  # escaped by the template, like errors
     assert outputs[3].traceback == ["\x1b[31m<b>x</b>"]
 
@@ -347,7 +387,7 @@ def test_markdown_output_is_rendered_and_cleaned_into_html():
 def test_markdown_cell_becomes_one_html_block_of_clean_html():
     notebook = new_notebook(cells=[new_markdown_cell(ORDINARY_MARKDOWN)])
     assert sanitize_notebook(notebook).cells[0].source == (
-        "<div><h2>Result</h2>&#10;<p>The score grows like $x^2$ when $x &gt; 1$, and "
+        f"<div><h2>Result</h2>&#10;<p>The score grows like {X_SQUARED_INLINE} when {X_GT_ONE_INLINE}, and "
         '<a href="https://arxiv.org/abs/1706.03762">the paper</a> says so.</p>&#10;'
         "<table>&#10;<thead>&#10;<tr>&#10;  <th>position</th>&#10;  <th>angle</th>&#10;</tr>&#10;"
         "</thead>&#10;"
@@ -360,9 +400,10 @@ def test_raw_cells_are_cleaned_and_widget_state_is_dropped():
         cells=[new_raw_cell("<script>alert(1)</script><b>ok</b>", metadata={"raw_mimetype": "text/html"})],
         metadata={"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}},
     )
-    sanitize_notebook(notebook)
-    assert notebook.cells[0].source == "alert(1)<b>ok</b>"
-    assert "widgets" not in notebook.metadata
+    rebuilt = sanitize_notebook(notebook)
+    assert rebuilt.cells[0].source == "alert(1)<b>ok</b>"
+    assert rebuilt.cells[0].metadata == {}  # no raw_mimetype: no template shows it as HTML
+    assert rebuilt.metadata == {}
 
 
 def test_sanitize_notebook_file_rewrites_the_file_in_place(tmp_path):
@@ -503,7 +544,13 @@ def test_feedback_page_carries_the_csp_before_any_script(safe_page):
 
 def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     assert "Because <b>attention</b> is permutation-equivariant." in safe_page
-    assert "The score grows like $x^2$ when $x &gt; 1$" in safe_page
+    # The template renders the cell's HTML block once more: attribute order and references may change.
+    assert re.search(
+        r"The score grows like <math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math> when "
+        r"<math [^>]*><mrow><mi>x</mi><mo>&gt;</mo><mn>1</mn></mrow></math>",
+        safe_page,
+    )
+    assert "$x" not in safe_page
     assert '<a href="https://arxiv.org/abs/1706.03762">the paper</a>' in safe_page
     assert "<th>position</th>" in safe_page and "<td>0.5</td>" in safe_page
     assert (

@@ -11,6 +11,12 @@ API), runs ``python -m autograder feedback --out DIR`` and reads ``grades.csv``,
 page; grading again keeps the hand grade. No file appears in the repository. The browser test skips only
 where /usr/bin/chromium is missing outside CI; in CI it fails instead.
 
+The same browser checks that the server is locked down: every response carries a Content-Security-Policy whose
+script-src allows neither inline script nor eval, terminals are off, and an autograded notebook planted with
+the outputs the grader removes (an image size that nbconvert writes unquoted as an ``onerror`` handler, a
+``<script>``, an ``<img onerror>``) runs none of them on the grading page, which still works: its own inline
+scripts run and the only scripts the policy blocks are the planted ones.
+
 The other tests need no browser: grading again and ``--regrade`` keep a hand grade set through nbgrader's
 API, and the autograded notebooks that the formgrader shows hold no active content.
 """
@@ -55,6 +61,17 @@ HOSTILE_OUTPUT = (
     'display(HTML("<script>window.hostileOutput = 1</script><img src=x onerror=\\"window.hostileOutput = 2\\">'
     '<b>bold output</b>"))'
 )
+# Outputs that the grader's rebuild removes (autograder.feedback.outputs), written into an autograded notebook
+# after grading, as if they had slipped through: nbconvert writes the width unquoted, so it becomes a handler.
+BROKEN_PNG = "AAAA"  # base64 of no image: the browser fires onerror
+PLANTED_OUTPUTS = [
+    {"output_type": "display_data", "data": {"image/png": BROKEN_PNG, "text/plain": "planted image"},
+     "metadata": {"image/png": {"width": "1 onerror=window.plantedWidth=1;document.title='planted'"}}},
+    {"output_type": "display_data", "metadata": {},
+     "data": {"text/html": '<script>window.plantedScript = 1</script><img src=x onerror="window.plantedImg = 1">'
+                           "<b>planted html</b>"}},
+]  # fmt: skip
+PLANTED_GLOBALS = "() => [window.plantedWidth, window.plantedScript, window.plantedImg, document.title]"
 HOSTILE_ANSWER = (
     '<img src=x onerror="window.hostileAnswer = 1"><script>window.hostileAnswer = 2</script> '
     "The bias depends on the distance only."
@@ -251,6 +268,49 @@ class Formgrader:
         self.log.close()
 
 
+def _plant(out: Path) -> tuple[Path, str]:
+    """The hostile student's autograded notebook with :data:`PLANTED_OUTPUTS` added; its path and former text."""
+    path = out / "autograded" / "hostile" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    original = path.read_text(encoding="utf-8")
+    notebook = nbformat.reads(original, as_version=4)
+    code = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    code.outputs = [*code.outputs, *(nbformat.from_dict(output) for output in PLANTED_OUTPUTS)]
+    path.write_text(nbformat.writes(notebook, version=4), encoding="utf-8")  # nbformat would refuse the width
+    return path, original
+
+
+def _script_src(policy: str) -> list[str]:
+    (directive,) = [part.split()[1:] for part in policy.split(";") if part.split()[:1] == ["script-src"]]
+    return directive
+
+
+def _check_policy(response) -> None:
+    """The response carries the formgrader's policy: scripts from the server and hashes, nothing inline."""
+    policy = response.headers.get("content-security-policy", "")
+    sources = _script_src(policy)
+    assert sources[0] == "'self'", (response.url, policy)
+    assert "'unsafe-inline'" not in sources, (response.url, policy)
+    # JupyterLab's page needs eval (autograder/formgrader_csp.py); no other page gets it.
+    jupyterlab = response.url.split("?")[0].split("/", 3)[3].split("/")[0] == "lab"
+    assert ("'unsafe-eval'" in sources) == jupyterlab, (response.url, policy)
+    keywords = ("'self'", "'report-sample'", "'unsafe-hashes'", "'unsafe-eval'")
+    assert all(source.startswith("'sha256-") or source in keywords for source in sources), (response.url, policy)
+    assert "object-src 'none'" in policy
+
+
+def _offsite(violation: list[str], base: str) -> bool:
+    """A violation report of a script that would have loaded from another site (MathJax's CDN)."""
+    directive, uri, _ = violation
+    return directive.startswith("script-src") and uri.startswith("http") and not uri.startswith(base + "/")
+
+
+VIOLATIONS = """() => {
+  window.cspViolations = [];
+  document.addEventListener("securitypolicyviolation",
+    (event) => window.cspViolations.push([event.effectiveDirective, event.blockedURI, event.sample]));
+}"""
+
+
 @pytest.mark.skipif(
     not CHROMIUM.exists() and not IN_CI,
     reason=f"{CHROMIUM} is missing (`make chromium` installs it); in CI this test fails instead",
@@ -279,6 +339,7 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
     try:
         url = server.url()
         base = url.split("/formgrader", 1)[0]
+        token = url.split("token=", 1)[1]
 
         def route(request_route) -> None:
             if request_route.request.url.startswith(base + "/"):
@@ -296,6 +357,9 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
             page = context.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
+            responses = []
+            page.on("response", lambda response: responses.append(response))
+            context.add_init_script(script=f"({VIOLATIONS})()")
 
             page.goto(url)  # -> Manage Assignments
             page.wait_for_url("**/formgrader/manage_assignments")
@@ -339,6 +403,44 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
             assert page.get_by_text("The bias depends on the distance only.").count() >= 1
             assert page.evaluate("() => [window.hostileOutput, window.hostileAnswer]") == [None, None]
             assert page.locator("img[onerror]").count() == 0
+            # nbgrader's own scripts all run; what is blocked is MathJax, from elsewhere (the test refuses it too).
+            assert all(_offsite(blocked, base) for blocked in page.evaluate("() => window.cspViolations"))
+
+            planted, original = _plant(graded_class)
+            try:
+                page.goto(f"{base}/formgrader/submissions/{ids['hostile']}/")
+                page.wait_for_load_state("networkidle")
+                page.get_by_text("planted html").first.wait_for()
+                title = page.title()
+                assert page.locator("img[onerror]").count() >= 1  # the handler is in the page, and blocked:
+                assert page.evaluate(PLANTED_GLOBALS) == [None, None, None, title]
+                assert title != "planted"
+                blocked = [item for item in page.evaluate("() => window.cspViolations") if not _offsite(item, base)]
+                assert blocked and all(directive.startswith("script-src") for directive, _, _ in blocked), blocked
+                assert all(uri == "inline" and "planted" in sample for _, uri, sample in blocked), blocked
+                assert page.evaluate("() => typeof toggle_name") == "function"  # its inline scripts ran
+                assert page.locator(f"input.score#{WRITTEN}").count() == 1
+            finally:
+                planted.write_text(original, encoding="utf-8")
+
+            served = [response for response in responses if response.url.startswith(base + "/")]
+            assert any(response.url.endswith(".js") for response in served)
+            for response in served:
+                _check_policy(response)
+            lab = context.new_page()
+            lab_errors: list[str] = []
+            lab.on("pageerror", lambda error: lab_errors.append(str(error)))
+            lab.on("console", lambda message: message.type == "error" and lab_errors.append(message.text))
+            with lab.expect_response(lambda response: response.url.startswith(f"{base}/lab")) as lab_page:
+                lab.goto(f"{base}/lab")
+            _check_policy(lab_page.value)
+            lab.locator(".jp-Launcher").first.wait_for(timeout=60_000)  # JupyterLab starts under the policy
+            assert not [error for error in lab_errors if "Content Security Policy" in error], lab_errors
+            lab_blocked = lab.evaluate("() => window.cspViolations")
+            assert lab_blocked == [], lab_blocked
+            terminals = context.request.get(f"{base}/api/terminals", headers={"Authorization": f"token {token}"})
+            assert terminals.status == 404, terminals.status
+            assert context.request.get(f"{base}/api/status", headers={"Authorization": f"token {token}"}).ok
             context.close()
         # nbgrader's grading page loads MathJax from a CDN, which this test (like an offline machine) refuses.
         assert not [error for error in errors if error != "MathJax is not defined"], errors

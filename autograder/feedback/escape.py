@@ -9,10 +9,11 @@ written by students. Each place they reach has its own rule:
 - a line of ``report.txt`` shows every character that could end the line, move the cursor, reorder the text
   or fail to encode as UTF-8 as a visible escape (``\\n``, ``\\x1b``, ``\\u2028``, ``\\ud800``): one value
   stays on one line;
-- a feedback page renders a notebook whose HTML is cleaned with bleach (the sanitizer of nbconvert's
-  ``SanitizeHTML``) against a short allowlist, whose active outputs (JavaScript, SVG, widgets, any type
-  not on a list) are removed, and whose markdown is rendered first and cleaned after; and the page carries
-  a Content-Security-Policy that runs no script and loads nothing from elsewhere, in case anything slipped
+- HTML on a feedback page (an output's, a rendered markdown cell's) is cleaned with bleach against a short
+  allowlist of tags and attributes (:func:`clean_html`); markdown is rendered first, its formulas as MathML
+  (:mod:`autograder.feedback.mathml`), and cleaned after (:func:`markdown_html`); the notebook itself is
+  rebuilt from an allowlist (:mod:`autograder.feedback.outputs`); and the page carries a
+  Content-Security-Policy that runs no script and loads nothing from elsewhere, in case anything slipped
   through.
 """
 
@@ -21,13 +22,11 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 import bleach
-import nbformat
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
-from nbconvert.preprocessors.sanitize import SanitizeHTML
-from nbformat import NotebookNode
+
+from autograder.feedback.mathml import MATHML_TAGS, allowed_mathml_attribute, tex_source, tex_to_mathml
 
 # ---------------------------------------------------------------------------------------------------------
 # Text: CSV cells and report lines
@@ -88,12 +87,12 @@ def html_text(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Feedback pages: the policy of the page, and the notebook it is rendered from
+# Feedback pages: the policy of the page, and the HTML on it
 # ---------------------------------------------------------------------------------------------------------
 
 # No script, plugin, frame, form, base URL or fetch; styles inline (the page's own CSS) and images and
 # fonts from data: URLs only (nbconvert embeds plots as data: URLs). MathJax, which the feedback template
-# loads from a CDN, is blocked too: math shows as its TeX source.
+# loads from a CDN, is blocked too: formulas are MathML already (autograder.feedback.mathml).
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; base-uri 'none'; "
     "form-action 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:"
@@ -118,9 +117,10 @@ HTML_TAGS = frozenset(
         "samp", "small", "span", "strong", "sub", "sup", "table", "tbody", "td", "tfoot", "th", "thead",
         "tr", "u", "ul",
     }
-)  # fmt: skip
+) | MATHML_TAGS  # fmt: skip
 # No class, id or style: the page's own CSS classes (Bootstrap's fixed navbar...) and positions would let a
-# notebook draw over the grader's notes and scores.
+# notebook draw over the grader's notes and scores. bleach writes every value it keeps between double quotes
+# with its quotes escaped; sizes are digits all the same, so no template can read more into them.
 _ATTRIBUTES = {
     "a": {"href", "title"},
     "abbr": {"title"},
@@ -128,28 +128,35 @@ _ATTRIBUTES = {
     "td": {"colspan", "rowspan"},
     "th": {"colspan", "rowspan"},
 }
+_DIGITS = re.compile(r"[0-9]{1,5}")
+_SIZE_ATTRIBUTES = frozenset({"width", "height", "colspan", "rowspan"})
 _LINK_SCHEMES = ("http:", "https:", "mailto:", "#")
 # bleach checks the scheme of every URL attribute after _allowed_attribute: data: must pass there for images.
 _PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
-# Output types a feedback page shows as they are: the template escapes text and puts images in data: URLs.
-SAFE_OUTPUT_TYPES = frozenset({"text/plain", "text/latex", "image/png", "image/jpeg"})
-_IMAGE_METADATA = ("width", "height", "alt")
+MAX_FORMULAS = 500  # per markdown text: converted formulas cost time and grow the HTML tenfold
 
 
 def _allowed_attribute(tag: str, name: str, value: str) -> bool:
-    """bleach's attribute filter: links to the web or the page, images from ``data:image/`` URLs only."""
+    """bleach's attribute filter: links to the web or the page, images from ``data:image/png`` or
+    ``data:image/jpeg`` URLs only, sizes as digits, MathML's presentation attributes on MathML elements."""
+    if tag in MATHML_TAGS:
+        return allowed_mathml_attribute(name, value)
     if name not in _ATTRIBUTES.get(tag, ()):
         return False
+    if name in _SIZE_ATTRIBUTES:
+        return _DIGITS.fullmatch(value) is not None
     if tag == "a" and name == "href":
         return value.strip().lower().startswith(_LINK_SCHEMES)
     if tag == "img" and name == "src":
-        return value.strip().lower().startswith("data:image/")
+        return value.strip().lower().startswith(("data:image/png;", "data:image/jpeg;"))
     return True
 
 
 def clean_html(text: str) -> str:
     """``text`` with only :data:`HTML_TAGS` and their allowed attributes; other tags are dropped (their
-    text stays, as text), and so are comments, event handlers, ``javascript:`` URLs and remote images."""
+    text stays, as text), and so are comments, event handlers, ``javascript:`` URLs, remote images and
+    sizes that are not digits. MathML elements keep the attributes latex2mathml writes
+    (:func:`autograder.feedback.mathml.allowed_mathml_attribute`)."""
     return bleach.clean(
         text,
         tags=HTML_TAGS,
@@ -160,11 +167,43 @@ def clean_html(text: str) -> str:
     )
 
 
+class _MathRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer, with its first :data:`MAX_FORMULAS` formulas as MathML
+    (:func:`tex_to_mathml`) and any further ones as TeX text, instead of TeX left for MathJax."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.formulas = 0
+
+    def _formula(self, tex: str, display: bool) -> str:
+        self.formulas += 1
+        return tex_to_mathml(tex, display) if self.formulas <= MAX_FORMULAS else tex_source(tex, display)
+
+    def inline_math(self, body: str) -> str:
+        return self._formula(body, display=False)
+
+    def block_math(self, body: str) -> str:
+        return self._formula(body, display=True)
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return self._formula(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
+
+
+def render_markdown(source: str, attachments: dict | None = None) -> str:
+    """Markdown rendered as nbconvert renders a markdown cell (attachments as data: URLs), with its formulas
+    as MathML: HTML still to be cleaned.
+
+    Raises:
+        nbconvert.filters.markdown_mistune.InvalidNotebook: an image names an attachment the cell lacks.
+    """
+    attachments = attachments if attachments is not None else {}
+    renderer = _MathRenderer(escape=False, attachments=attachments, exclude_anchor_links=True)
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
 def markdown_html(source: str, attachments: dict | None = None) -> str:
-    """Markdown rendered as nbconvert renders a markdown cell (math kept as TeX, attachments as data: URLs),
-    then cleaned (:func:`clean_html`)."""
-    renderer = IPythonRenderer(escape=False, attachments=attachments or {}, exclude_anchor_links=True)
-    return clean_html(MarkdownWithMath(renderer=renderer).render(source))
+    """:func:`render_markdown`, then cleaned (:func:`clean_html`)."""
+    return clean_html(render_markdown(source, attachments))
 
 
 def html_block(text: str) -> str:
@@ -172,71 +211,3 @@ def html_block(text: str) -> str:
     block of CommonMark, which ends only at a blank line). Line breaks become ``&#10;``, the same
     character once the browser reads it, so the text inside is never read as markdown again."""
     return "<div>" + re.sub(r"\r\n?|\n", "&#10;", text) + "</div>"
-
-
-class FeedbackSanitizer(SanitizeHTML):
-    """nbconvert's ``SanitizeHTML`` with the allowlists above, for a feedback page.
-
-    - code cells: ``text/html`` is cleaned; ``text/markdown`` is rendered and cleaned into ``text/html``
-      (when there is none); every type not in :data:`SAFE_OUTPUT_TYPES` is removed (JavaScript, SVG,
-      widget views, JSON, PDF...), and so is any value that is not text, so ``text/plain`` is what remains
-      of them; an output left with nothing says what was removed; output metadata keeps image sizes and
-      alt texts only (not ``isolated``, which would put HTML in a frame, nor ``filenames``);
-    - markdown cells: rendered, cleaned, and kept as an HTML block (:func:`html_block`), since nbgrader's
-      feedback template renders markdown cells without nbconvert's ``sanitize_html``;
-    - raw cells: cleaned.
-    """
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(
-            tags=sorted(HTML_TAGS),
-            attributes=_allowed_attribute,
-            strip=True,
-            safe_output_keys=set(SAFE_OUTPUT_TYPES),
-            sanitized_output_types={"text/html"},
-            **kwargs,
-        )
-
-    def sanitize_html_tags(self, html_str: str) -> str:
-        return clean_html(html_str)
-
-    def preprocess_cell(self, cell, resources, cell_index):
-        if cell.cell_type == "markdown":
-            cell.source = html_block(markdown_html(cell.source, cell.get("attachments")))
-            return cell, resources
-        if cell.cell_type == "code":
-            for output in cell.outputs:
-                if output.output_type in ("display_data", "execute_result"):
-                    self._sanitize_output(output)
-            return cell, resources
-        return super().preprocess_cell(cell, resources, cell_index)
-
-    def _sanitize_output(self, output: NotebookNode) -> None:
-        data = output.data
-        received = sorted(data)
-        for kind in [kind for kind, value in data.items() if not isinstance(value, str)]:
-            del data[kind]  # a kernel may send any JSON: bleach and the template expect text
-        if "text/markdown" in data and "text/html" not in data:
-            data["text/html"] = markdown_html(data["text/markdown"])
-        self.sanitize_code_outputs([output])
-        if not data:
-            data["text/plain"] = f"[removed from this page: an output of type {', '.join(received)}]"
-        output.metadata = {
-            kind: {key: value for key, value in output.metadata[kind].items() if key in _IMAGE_METADATA}
-            for kind in ("image/png", "image/jpeg")
-            if kind in data and isinstance(output.metadata.get(kind), dict)
-        }
-
-
-def sanitize_notebook(notebook: NotebookNode) -> NotebookNode:
-    """``notebook``, changed in place, ready for a feedback page (:class:`FeedbackSanitizer`); the state of
-    its widgets (notebook metadata) is dropped too."""
-    notebook.metadata.pop("widgets", None)
-    FeedbackSanitizer().preprocess(notebook, {})
-    return notebook
-
-
-def sanitize_notebook_file(path: Path) -> None:
-    """Rewrite the notebook in ``path`` (nbformat 4) as :func:`sanitize_notebook` makes it."""
-    notebook = nbformat.read(path, as_version=4)
-    nbformat.write(sanitize_notebook(notebook), path)

@@ -1,0 +1,93 @@
+"""TeX math as MathML, made at grading time: a feedback page shows formulas without running a script.
+
+A feedback page forbids every script (:data:`autograder.feedback.escape.CONTENT_SECURITY_POLICY`), so MathJax
+cannot typeset the ``$x^2$`` of a markdown cell or the ``text/latex`` of an output there. The formulas are
+converted instead, by `latex2mathml <https://pypi.org/project/latex2mathml/>`_ (pure Python), into MathML
+that browsers draw themselves. What it writes is still cleaned afterwards against :data:`MATHML_TAGS` and
+:data:`MATHML_ATTRIBUTES`, the elements and attributes it produces (no ``href``, no ``style``, no handler).
+
+A formula longer than :data:`MAX_FORMULA_CHARS`, or one the converter rejects, is shown as its TeX source,
+escaped: the page stays readable and the converter's work stays bounded.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from latex2mathml.converter import convert
+
+MAX_FORMULA_CHARS = 2000
+MATHML_NAMESPACE = "http://www.w3.org/1998/Math/MathML"
+
+# Every element that latex2mathml 3.81 writes (latex2mathml/converter.py and commands.py).
+MATHML_TAGS = frozenset(
+    {
+        "math", "menclose", "merror", "mfrac", "mi", "mn", "mo", "mover", "mpadded", "mphantom", "mroot",
+        "mrow", "ms", "mspace", "msqrt", "mstyle", "msub", "msubsup", "msup", "mtable", "mtd", "mtext", "mtr",
+        "munder", "munderover",
+    }
+)  # fmt: skip
+# Its presentation attributes, each with the shape of value it writes: keywords, lengths, numbers, colours.
+_KEYWORD = re.compile(r"[a-z]{1,16}( [a-z]{1,16}){0,15}")
+_LENGTH = re.compile(r"[-+]?[0-9]{0,4}(\.[0-9]{1,4})?(em|ex|px|pt|mu|%)?( [-+]?[0-9]{0,4}(\.[0-9]{1,4})?(em|ex))*")
+_COLOUR = re.compile(r"#[0-9a-fA-F]{3,8}|[a-zA-Z]{1,20}")
+MATHML_ATTRIBUTES = {
+    "accent": _KEYWORD, "columnalign": _KEYWORD, "columnlines": _KEYWORD, "display": _KEYWORD,
+    "displaystyle": _KEYWORD, "fence": _KEYWORD, "form": _KEYWORD, "linebreak": _KEYWORD,
+    "mathvariant": _KEYWORD, "movablelimits": _KEYWORD, "notation": _KEYWORD, "rowlines": _KEYWORD,
+    "separator": _KEYWORD, "stretchy": _KEYWORD, "symmetric": _KEYWORD,
+    "columnspacing": _LENGTH, "depth": _LENGTH, "height": _LENGTH, "linethickness": _LENGTH,
+    "lspace": _LENGTH, "mathsize": _LENGTH, "maxsize": _LENGTH, "minsize": _LENGTH, "rowspacing": _LENGTH,
+    "rspace": _LENGTH, "scriptlevel": _LENGTH, "voffset": _LENGTH, "width": _LENGTH,
+    "mathcolor": _COLOUR, "mathbackground": _COLOUR,
+}  # fmt: skip
+
+
+def allowed_mathml_attribute(name: str, value: str) -> bool:
+    """Whether ``name="value"`` is a presentation attribute latex2mathml writes, with a value of its shape
+    (``xmlns`` only as the MathML namespace)."""
+    if name == "xmlns":
+        return value == MATHML_NAMESPACE
+    pattern = MATHML_ATTRIBUTES.get(name)
+    return pattern is not None and pattern.fullmatch(value) is not None
+
+
+def tex_source(tex: str, display: bool) -> str:
+    """The formula as escaped TeX text between its delimiters: what a page shows when it cannot convert."""
+    delimiter = "$$" if display else "$"
+    return html.escape(f"{delimiter}{tex}{delimiter}")
+
+
+def tex_to_mathml(tex: str, display: bool = False) -> str:
+    """``tex`` (a formula without its ``$`` delimiters) as a ``<math>`` element, inline or as a block.
+
+    Falls back to :func:`tex_source` when ``tex`` is longer than :data:`MAX_FORMULA_CHARS` or the converter
+    fails on it (any exception: it is third-party code reading student text). The result is to be cleaned
+    (:func:`autograder.feedback.escape.clean_html`) before it is shown.
+    """
+    if len(tex) > MAX_FORMULA_CHARS or not tex.strip():
+        return tex_source(tex, display)
+    try:
+        return convert(tex, display="block" if display else "inline")
+    except Exception:  # noqa: BLE001 (a formula it cannot read is shown as text)
+        return tex_source(tex, display)
+
+
+_DELIMITED = (
+    (re.compile(r"\$\$([^$]*)\$\$"), True),
+    (re.compile(r"\\\[(.*)\\\]", re.DOTALL), True),
+    (re.compile(r"\$([^$]*)\$"), False),
+    (re.compile(r"\\\((.*)\\\)", re.DOTALL), False),
+)
+
+
+def latex_output_mathml(latex: str) -> str | None:
+    """The ``text/latex`` of an output (``$x^2$``, ``$$...$$``, ``\\[...\\]``, ``\\(...\\)``) as MathML;
+    ``None`` when it is not one delimited formula or cannot be converted (the output then keeps its text)."""
+    text = latex.strip()
+    for pattern, display in _DELIMITED:
+        if match := pattern.fullmatch(text):
+            converted = tex_to_mathml(match.group(1), display)
+            return converted if converted.startswith("<math") else None
+    return None

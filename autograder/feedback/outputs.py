@@ -1,0 +1,335 @@
+"""A student's notebook rebuilt from an allowlist schema, before anyone renders it.
+
+The autograded notebook is shown twice: nbconvert renders it into the feedback page, and nbgrader's
+formgrader renders it in the instructor's browser. Everything in it was written by the student or by the
+student's code, so nothing is passed through: each cell, output and metadata field is built anew from the
+few things a page needs, each checked for its type and size:
+
+- code cells keep their source (the template shows it as text), an ``int`` execution count and outputs:
+  ``stream`` (``stdout``/``stderr`` text), ``display_data`` and ``execute_result`` with ``text/plain``,
+  ``text/html`` (cleaned, :func:`~autograder.feedback.escape.clean_html`), ``text/markdown`` (rendered and
+  cleaned into ``text/html``), ``text/latex`` (MathML, :mod:`autograder.feedback.mathml`, or else plain
+  text), ``image/png`` and ``image/jpeg`` (strict base64 of an image of that type), image metadata ``width``
+  and ``height`` as positive ``int`` only; and ``error`` with text fields;
+- markdown cells become their rendered, cleaned HTML (formulas as MathML) in one HTML block
+  (:func:`~autograder.feedback.escape.html_block`), with png and jpeg attachments embedded;
+- raw cells keep their cleaned text, which no template shows without a format in their metadata;
+- cell metadata keeps nbgrader's fields with their scalar types; notebook metadata keeps the kernel's and
+  language's names.
+
+Anything else (an output type, a MIME type, a value that is not text, a metadata key) is dropped, and an
+output left empty says what was removed. Text is cut at a length, and HTML is cleaned only within a budget
+per text and per notebook (:class:`Budget`): bleach's parser does work that grows faster than its input
+(with the number of sibling elements), so its input is bounded instead of timed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbconvert.filters.markdown_mistune import InvalidNotebook
+from nbformat import NotebookNode
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+
+from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
+from autograder.feedback.mathml import latex_output_mathml
+
+MAX_TEXT_CHARS = 200_000  # a stream, a text/plain, an evalue, one traceback line
+MAX_TRACEBACK_LINES = 200
+MAX_IMAGE_BASE64_CHARS = 8_000_000  # 6 MB of image
+MAX_IMAGE_SIZE = 100_000  # pixels, for width and height
+MAX_MARKDOWN_CHARS = 200_000  # one markdown cell or text/markdown output, before rendering
+MAX_HTML_TAGS = 4_000  # one HTML text handed to bleach (counted as its "<")
+MAX_NOTEBOOK_HTML_CHARS = 4_000_000  # all the markdown and HTML of one notebook together
+MAX_NOTEBOOK_HTML_TAGS = 40_000
+MAX_NOTICE_NAMES = 10
+
+IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_BASE64_LAYOUT = re.compile(r"[\n\r ]")
+_CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+NBGRADER_METADATA = {
+    "grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str, "cell_type": str,
+    "checksum": str, "points": (int, float), "score": (int, float), "schema_version": int,
+}  # fmt: skip
+KERNELSPEC_FIELDS = ("name", "display_name", "language")
+LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension", "pygments_lexer", "nbconvert_exporter")
+_NAME = re.compile(r"[A-Za-z0-9_.+ /()-]{1,100}")
+
+
+@dataclass
+class Budget:
+    """What one notebook may still hand to the markdown renderer and bleach: characters and tags."""
+
+    chars: int = MAX_NOTEBOOK_HTML_CHARS
+    tags: int = MAX_NOTEBOOK_HTML_TAGS
+
+    def take(self, text: str) -> bool:
+        """Whether ``text`` fits (then it is spent): at most :data:`MAX_HTML_TAGS` tags, within what is left."""
+        tags = text.count("<")
+        if tags > MAX_HTML_TAGS or tags > self.tags or len(text) > self.chars:
+            return False
+        self.chars -= len(text)
+        self.tags -= tags
+        return True
+
+
+def notice(what: str) -> str:
+    return f"[removed from this page: {what}]"
+
+
+def _names(names) -> str:
+    shown = [name[:100] if isinstance(name, str) else type(name).__name__ for name in sorted(names, key=str)]
+    more = len(shown) - MAX_NOTICE_NAMES
+    return ", ".join(shown[:MAX_NOTICE_NAMES]) + (f" and {more} more" if more > 0 else "")
+
+
+def capped_text(value: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``value``, or its first ``limit`` characters and a line that says how many were cut."""
+    if len(value) <= limit:
+        return value
+    return value[:limit] + f"\n[... {len(value) - limit} more characters not shown]"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rendered text: HTML, markdown, images
+# ---------------------------------------------------------------------------------------------------------
+
+
+def budgeted_html(text: str, budget: Budget) -> str | None:
+    """``text`` cleaned (:func:`clean_html`), or ``None`` when it does not fit in ``budget``."""
+    return clean_html(text) if budget.take(text) else None
+
+
+def budgeted_markdown(source: str, budget: Budget, attachments: dict | None = None) -> str | None:
+    """``source`` rendered (formulas as MathML) and cleaned, or ``None`` when it is longer than
+    :data:`MAX_MARKDOWN_CHARS` or its HTML does not fit in ``budget``."""
+    if len(source) > MAX_MARKDOWN_CHARS or not budget.take(source):
+        return None
+    rendered = render_markdown(source, _Attachments(attachments))
+    return budgeted_html(rendered, budget)
+
+
+def image_base64(kind: str, value: object) -> str | None:
+    """``value`` as the base64 text of an image of type ``kind`` (line breaks removed), or ``None`` when it
+    is not strict base64, is over :data:`MAX_IMAGE_BASE64_CHARS` or does not start as such an image does."""
+    if not isinstance(value, str) or len(value) > MAX_IMAGE_BASE64_CHARS:
+        return None
+    text = _BASE64_LAYOUT.sub("", value)
+    if len(text) % 4 or not _BASE64.fullmatch(text):
+        return None
+    try:
+        decoded = base64.b64decode(text[:64], validate=True)  # the signature; the whole is checked below
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return text if decoded.startswith(IMAGE_SIGNATURES[kind]) else None
+
+
+class _Attachments(dict):
+    """A markdown cell's attachments as the renderer reads them: png and jpeg images that pass
+    :func:`image_base64`; any other name it asks for is an empty png (a broken image, not an error)."""
+
+    def __init__(self, attachments: object) -> None:
+        super().__init__()
+        for name, bundle in (attachments.items() if isinstance(attachments, dict) else ()):
+            kept = {
+                kind: text
+                for kind in IMAGE_SIGNATURES
+                if isinstance(bundle, dict) and (text := image_base64(kind, bundle.get(kind))) is not None
+            }
+            if isinstance(name, str) and kept:
+                self[name] = kept
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> dict[str, str]:
+        return {"image/png": ""}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _image_metadata(metadata: object) -> dict[str, int]:
+    sizes = metadata if isinstance(metadata, dict) else {}
+    return {
+        key: value
+        for key in ("width", "height")
+        if type(value := sizes.get(key)) is int and 0 < value <= MAX_IMAGE_SIZE
+    }
+
+
+def _shown_html(data: dict, budget: Budget) -> str | None:
+    """The ``text/html`` of a display: its own HTML cleaned, else its markdown rendered, else its LaTeX as
+    MathML; ``None`` when none of them is text that fits in ``budget``."""
+    if isinstance(text := data.get("text/html"), str) and (cleaned := budgeted_html(text, budget)) is not None:
+        return cleaned
+    if isinstance(text := data.get("text/markdown"), str) and (html := budgeted_markdown(text, budget)):
+        return html
+    latex = data.get("text/latex")
+    mathml = latex_output_mathml(latex) if isinstance(latex, str) and len(latex) <= MAX_TEXT_CHARS else None
+    return budgeted_html(mathml, budget) if mathml is not None else None
+
+
+def rebuilt_bundle(data: object, metadata: object, budget: Budget) -> tuple[dict, dict]:
+    """The ``data`` and ``metadata`` of a display: only the types of this module's docstring, rebuilt."""
+    data = data if isinstance(data, dict) else {}
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kept: dict[str, str] = {}
+    if (html := _shown_html(data, budget)) is not None:
+        kept["text/html"] = html
+    for kind in ("text/plain", "text/latex"):  # LaTeX that is not shown as MathML is shown as text
+        if isinstance(text := data.get(kind), str):
+            kept.setdefault("text/plain", capped_text(text))
+    kept_metadata: dict[str, dict] = {}
+    for kind in IMAGE_SIGNATURES:
+        if (image := image_base64(kind, data.get(kind))) is not None:
+            kept[kind] = image
+            if sizes := _image_metadata(metadata.get(kind)):
+                kept_metadata[kind] = sizes
+    if not kept:
+        kept["text/plain"] = notice(f"an output of type {_names(data) or 'nothing'}")
+    return kept, kept_metadata
+
+
+def execution_count(item: dict) -> int | None:
+    """The ``execution_count`` of a cell or result: an ``int`` from 0 on (not a ``bool``), else ``None``."""
+    count = item.get("execution_count")
+    return count if type(count) is int and count >= 0 else None
+
+
+def _text_list(value: object) -> list[str] | None:
+    if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
+        return None
+    lines = [capped_text(line) for line in value[:MAX_TRACEBACK_LINES]]
+    if len(value) > MAX_TRACEBACK_LINES:
+        lines.append(f"[... {len(value) - MAX_TRACEBACK_LINES} more lines not shown]")
+    return lines
+
+
+def _notice_output(what: str) -> NotebookNode:
+    return new_output("display_data", data={"text/plain": notice(what)}, metadata={})
+
+
+def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
+    """One output as this module's docstring allows it, or a notice of what was removed."""
+    kind = output.get("output_type") if isinstance(output, dict) else None
+    if kind == "stream" and output.get("name") in ("stdout", "stderr") and isinstance(output.get("text"), str):
+        return new_output("stream", name=output["name"], text=capped_text(output["text"]))
+    if kind in ("display_data", "execute_result"):
+        data, metadata = rebuilt_bundle(output.get("data"), output.get("metadata"), budget)
+        if kind == "display_data":
+            return new_output(kind, data=data, metadata=metadata)
+        return new_output(kind, data=data, metadata=metadata, execution_count=execution_count(output))
+    if kind == "error":
+        traceback = _text_list(output.get("traceback"))
+        names = (output.get("ename"), output.get("evalue"))
+        if traceback is not None and all(isinstance(name, str) for name in names):
+            return new_output(
+                "error", ename=capped_text(names[0]), evalue=capped_text(names[1]), traceback=traceback
+            )
+        return _notice_output("an error whose fields are not text")
+    return _notice_output(f"an output of type {_names([kind]) if isinstance(kind, str) else 'unknown'}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cells and the notebook
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rebuilt_cell_metadata(metadata: object) -> dict:
+    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here), or
+    ``{}``."""
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    if not isinstance(nbgrader, dict):
+        return {}
+    kept = {}
+    for key, types in NBGRADER_METADATA.items():
+        value = nbgrader.get(key)
+        if isinstance(value, types) and (types is bool or not isinstance(value, bool)):
+            kept[key] = capped_text(value, 200) if isinstance(value, str) else value
+    return {"nbgrader": kept}
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    return source if isinstance(source, str) else ""
+
+
+def _markdown_source(cell: dict, budget: Budget) -> str:
+    html = budgeted_markdown(_source(cell), budget, cell.get("attachments"))
+    if html is None:
+        return html_block(html_text(notice("a markdown cell too long to show; the notebook holds it")))
+    return html_block(html)
+
+
+def rebuilt_cell(cell: object, budget: Budget) -> NotebookNode:
+    """One cell as this module's docstring allows it (an unknown cell type becomes an empty raw cell)."""
+    cell = cell if isinstance(cell, dict) else {}
+    metadata = rebuilt_cell_metadata(cell.get("metadata"))
+    kind = cell.get("cell_type")
+    try:
+        if kind == "code":
+            outputs = cell.get("outputs") if isinstance(cell.get("outputs"), list) else []
+            new = new_code_cell(
+                _source(cell), metadata=metadata, execution_count=execution_count(cell),
+                outputs=[rebuilt_output(output, budget) for output in outputs],
+            )  # fmt: skip
+        elif kind == "markdown":
+            new = new_markdown_cell(_markdown_source(cell, budget), metadata=metadata)
+        else:
+            new = new_raw_cell(budgeted_html(_source(cell), budget) or "", metadata=metadata)
+    except InvalidNotebook:
+        new = new_markdown_cell(html_block(html_text(notice("a cell that could not be rendered"))))
+    return new
+
+
+def _names_of(value: object, fields: tuple[str, ...]) -> dict[str, str]:
+    value = value if isinstance(value, dict) else {}
+    return {field: value[field] for field in fields if isinstance(value.get(field), str) and _NAME.fullmatch(value[field])}
+
+
+def rebuilt_notebook_metadata(metadata: object) -> dict:
+    """The kernel's and the language's names (plain short strings), nothing else (no widget state)."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kept = {
+        "kernelspec": _names_of(metadata.get("kernelspec"), KERNELSPEC_FIELDS),
+        "language_info": _names_of(metadata.get("language_info"), LANGUAGE_INFO_FIELDS),
+    }
+    return {key: value for key, value in kept.items() if value}
+
+
+def sanitize_notebook(notebook: NotebookNode) -> NotebookNode:
+    """A new notebook (nbformat 4.5) rebuilt from ``notebook`` as this module's docstring says, ready for a
+    feedback page and the formgrader; ``notebook`` is not changed."""
+    budget = Budget()
+    cells = notebook.get("cells") if isinstance(notebook.get("cells"), list) else []
+    rebuilt = [rebuilt_cell(cell, budget) for cell in cells]
+    _keep_cell_ids(cells, rebuilt)
+    return new_notebook(cells=rebuilt, metadata=rebuilt_notebook_metadata(notebook.get("metadata")))
+
+
+def _keep_cell_ids(cells: list, rebuilt: list[NotebookNode]) -> None:
+    """Each rebuilt cell takes its cell's id where that is a valid id not taken by a cell before it."""
+    taken: set[str] = set()
+    for cell, new in zip(cells, rebuilt, strict=True):
+        wanted = cell.get("id") if isinstance(cell, dict) else None
+        if isinstance(wanted, str) and _CELL_ID.fullmatch(wanted) and wanted not in taken:
+            new.id = wanted
+        taken.add(new.id)
+
+
+def sanitize_notebook_file(path: Path) -> None:
+    """Rewrite the notebook in ``path`` (nbformat 4) as :func:`sanitize_notebook` rebuilds it."""
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.write(sanitize_notebook(notebook), path)

@@ -1,0 +1,77 @@
+"""The formgrader's server is locked down without a browser (autograder.formgrader, autograder.formgrader_csp):
+terminals off, the policy extension enabled, and the policy allows exactly the templates' inline scripts.
+
+nbgrader's own Jinja templates are rendered here as its handlers render them, and the hashes are computed here
+with hashlib; tests/test_grader_formgrader.py checks the same in Chromium."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import nbgrader
+import pytest
+from jinja2 import Environment, FileSystemLoader
+
+from autograder.formgrader import jupyterlab_command
+from autograder.formgrader_csp import InlineScripts, _templates, content_security_policy
+
+TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+
+
+def _hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+@pytest.fixture(scope="module")
+def inline_scripts() -> InlineScripts:
+    return InlineScripts(_templates())
+
+
+def _render(name: str, **values) -> str:
+    return Environment(loader=FileSystemLoader([str(TEMPLATES)])).get_template(name).render(**values)
+
+
+def test_jupyterlab_runs_without_terminals_and_with_the_policy_extension(tmp_path):
+    command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
+    assert "--ServerApp.terminals_enabled=False" in command
+    assert '--ServerApp.jpserver_extensions={"autograder.formgrader_csp": True}' in command
+
+
+def test_the_manage_submissions_page_gets_the_hashes_of_its_two_scripts(inline_scripts):
+    page = _render("manage_submissions.tpl", base_url="", assignment_id="04_relative", url_prefix=".",
+                   mathjax_url="", windows=False)  # fmt: skip
+    hashes = inline_scripts.hashes(page.encode())
+    assert _hash('\n  var base_url = "";\n  ') in hashes
+    assert _hash('\nvar assignment_id = "04_relative";\n') in hashes
+
+
+def test_a_name_that_could_leave_its_string_gives_a_script_without_hash(inline_scripts):
+    name = '"; window.x = 1; "'  # nbgrader writes it unescaped
+    page = _render("manage_submissions.tpl", base_url="", assignment_id=name, url_prefix=".",
+                   mathjax_url="", windows=False)  # fmt: skip
+    assert f'var assignment_id = "{name}";' in page
+    assert _hash(f'\nvar assignment_id = "{name}";\n') not in inline_scripts.hashes(page.encode())
+
+
+def test_a_planted_script_gets_no_hash(inline_scripts):
+    page = b"<html><body><script>alert(1)</script><script>\nvar assignment_id = 'x';\n</script></body></html>"
+    hashes = inline_scripts.hashes(page)
+    assert _hash("alert(1)") not in hashes and _hash("\nvar assignment_id = 'x';\n") not in hashes
+
+
+def test_the_grading_pages_name_toggles_are_allowed_by_hash(inline_scripts):
+    handlers = inline_scripts.hashes(b"")
+    assert {_hash("toggle_name(true);"), _hash("toggle_name(false);"), _hash("toggleAllNames()")} <= set(handlers)
+
+
+def test_the_policy_forbids_inline_script_and_allows_eval_only_when_asked():
+    policy = content_security_policy(["'sha256-abc='"])
+    script_src = next(part for part in policy.split("; ") if part.startswith("script-src "))
+    assert script_src == "script-src 'self' 'report-sample' 'unsafe-hashes' 'sha256-abc='"
+    assert "object-src 'none'" in policy and "frame-ancestors 'self'" in policy
+    assert "'unsafe-eval'" in content_security_policy([], allow_eval=True)
+    assert "'unsafe-inline'" not in next(
+        part for part in content_security_policy([], allow_eval=True).split("; ") if part.startswith("script-src")
+    )

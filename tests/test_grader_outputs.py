@@ -1,0 +1,424 @@
+"""A student's notebook is rebuilt from an allowlist before any page shows it (autograder.feedback.outputs).
+
+Hostile outputs, metadata and markdown are rebuilt one by one and compared with what a page may show, written
+out here by hand; the feedback page of each is rendered as nbgrader's GenerateFeedback renders it and parsed.
+A property test does the same with generated notebooks: whatever they hold, the page runs no script of
+theirs, has no handler, no ``javascript:`` URL and no image size that is not digits. No kernel runs here.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import nbformat
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nbformat.v4 import new_notebook
+from test_grader_escape import PNG, _render_feedback, _tags
+
+from autograder.feedback import outputs
+from autograder.feedback.outputs import sanitize_notebook
+
+JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + bytes(16)).decode()
+SVG = base64.b64encode(b'<svg onload="alert(1)"/>').decode()
+HOSTILE_WIDTH = "1 onerror=alert(1)"
+
+
+def _notebook(*cells) -> nbformat.NotebookNode:
+    """A notebook whose cells are set after construction: nbformat's constructors would refuse them."""
+    notebook = new_notebook()
+    notebook.cells = [nbformat.from_dict(cell) for cell in cells]
+    return notebook
+
+
+def _code(*outputs, metadata=None) -> dict:
+    return {"cell_type": "code", "id": "c1", "source": "show()", "execution_count": 1,
+            "metadata": metadata or {}, "outputs": list(outputs)}  # fmt: skip
+
+
+def _display(data, metadata=None, kind="display_data") -> dict:
+    output = {"output_type": kind, "data": data, "metadata": {} if metadata is None else metadata}
+    return output | ({"execution_count": 1} if kind == "execute_result" else {})
+
+
+def _rebuilt_outputs(*outputs) -> list[dict]:
+    rebuilt = sanitize_notebook(_notebook(_code(*outputs)))
+    nbformat.validate(rebuilt)
+    return [dict(output) for output in rebuilt.cells[0].outputs]
+
+
+def _attributes(page: str, tag: str, name: str) -> list[str]:
+    return [attrs[name] for found, attrs in _tags(page) if found == tag and name in attrs]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The report's attack: an image size that is not a number
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _hostile_image_notebook():
+    return _notebook(_code(_display({"image/png": PNG}, {"image/png": {"width": HOSTILE_WIDTH, "height": 7}})))
+
+
+def test_without_the_rebuild_a_string_width_becomes_an_event_handler():
+    # The control: nbconvert's template writes the width unquoted.
+    page = _render_feedback(_hostile_image_notebook())
+    assert any("onerror" in attrs for tag, attrs in _tags(page) if tag == "img")
+
+
+def test_a_width_that_is_not_an_int_is_dropped_and_the_page_has_no_handler():
+    rebuilt = sanitize_notebook(_hostile_image_notebook())
+    assert rebuilt.cells[0].outputs[0].metadata == {"image/png": {"height": 7}}
+    page = _render_feedback(rebuilt)
+    assert [attrs for tag, attrs in _tags(page) if tag == "img" and "onerror" in attrs] == []
+    assert _attributes(page, "img", "height") == ["7"]
+    assert _attributes(page, "img", "width") == []
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        {"width": "640", "height": "480"},
+        {"width": True, "height": False},
+        {"width": 0, "height": -3},
+        {"width": 1.5, "height": 10**9},
+        {"width": {"nested": 1}, "height": [1]},
+    ],
+)
+def test_image_sizes_are_positive_ints_only(sizes):
+    (output,) = _rebuilt_outputs(_display({"image/png": PNG}, {"image/png": sizes}))
+    assert output["metadata"] == {}
+
+
+def test_image_metadata_keeps_width_and_height_and_nothing_else():
+    metadata = {
+        "image/png": {"width": 640, "height": 480, "alt": '" onerror="x', "unconfined": True, "x": {"y": 1}},
+        "isolated": True,
+        "text/html": {"isolated": True},
+        "filenames": {"image/png": "javascript:alert(1)"},
+    }
+    (output,) = _rebuilt_outputs(_display({"image/png": PNG, "text/html": "<p>hi</p>"}, metadata))
+    assert output["metadata"] == {"image/png": {"width": 640, "height": 480}}
+    assert output["data"] == {"text/html": "<p>hi</p>", "image/png": PNG}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data: the MIME types a page may show
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_html_outputs_lose_scripts_frames_svg_handlers_and_script_links():
+    html = (
+        '<script>alert(1)</script><iframe src="https://evil.example"></iframe>'
+        '<svg onload="alert(2)"><circle r="1"/></svg><b onmouseover="alert(3)">bold</b>'
+        '<a href="javascript:alert(4)">a</a><a href=" JAVASCRIPT:alert(5)">b</a>'
+        '<img src="x" onerror="alert(6)" width="1 onerror=alert(7)">'
+        '<math><mi href="javascript:alert(8)" style="color:red" onclick="x">y</mi></math>'
+    )
+    (output,) = _rebuilt_outputs(_display({"text/html": html}))
+    assert output["data"] == {
+        "text/html": "alert(1)<b>bold</b><a>a</a><a>b</a><img><math><mi>y</mi></math>"
+    }
+
+
+def test_unknown_types_and_values_that_are_not_text_are_removed_with_a_notice():
+    outputs = _rebuilt_outputs(
+        _display({"application/javascript": "alert(1)", "image/svg+xml": "<svg/>", "text/plain": "kept"}),
+        _display({"text/html": ["<b>", "x</b>"], "image/png": 12, "text/markdown": {"a": 1}}),
+        _display({"image/png": SVG, "image/jpeg": PNG}),  # not the image their type says
+        _display("not a dict", {"image/png": {"width": 2}}),
+        {"output_type": "update_display_data", "data": {"text/plain": "x"}, "metadata": {}},
+        {"output_type": "stream", "name": "stdin", "text": "x"},
+        {"output_type": "error", "ename": "E", "evalue": "v", "traceback": [1, 2]},
+    )
+    assert [output["data"] for output in outputs] == [
+        {"text/plain": "kept"},
+        {"text/plain": "[removed from this page: an output of type image/png, text/html, text/markdown]"},
+        {"text/plain": "[removed from this page: an output of type image/jpeg, image/png]"},
+        {"text/plain": "[removed from this page: an output of type nothing]"},
+        {"text/plain": "[removed from this page: an output of type update_display_data]"},
+        {"text/plain": "[removed from this page: an output of type stream]"},
+        {"text/plain": "[removed from this page: an error whose fields are not text]"},
+    ]
+    assert all(output["metadata"] == {} for output in outputs)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        PNG[:-2] + "!!",  # not base64
+        PNG[:-1],  # wrong length
+        PNG + "AAAA====",  # padding inside
+        "\u0660" * 8,  # digits that are not ASCII
+        "data:image/png;base64," + PNG,
+    ],
+)
+def test_images_must_be_strict_base64(value):
+    (output,) = _rebuilt_outputs(_display({"image/png": value, "text/plain": "figure"}))
+    assert output["data"] == {"text/plain": "figure"}
+
+
+def test_images_of_both_types_are_kept_with_line_breaks_removed():
+    (output,) = _rebuilt_outputs(_display({"image/png": PNG[:20] + "\n" + PNG[20:] + "\n", "image/jpeg": JPEG}))
+    assert output["data"] == {"image/png": PNG, "image/jpeg": JPEG}
+
+
+def test_streams_errors_and_results_are_rebuilt_with_their_text():
+    outputs = _rebuilt_outputs(
+        {"output_type": "stream", "name": "stderr", "text": "<script>x</script>", "extra": {"a": 1}},
+        {"output_type": "error", "ename": "ValueError", "evalue": "<b>", "traceback": ["line"], "x": 1},
+        _display({"text/plain": "42"}, {"isolated": True}, kind="execute_result") | {"execution_count": "9"},
+    )
+    assert outputs == [
+        {"output_type": "stream", "name": "stderr", "text": "<script>x</script>"},
+        {"output_type": "error", "ename": "ValueError", "evalue": "<b>", "traceback": ["line"]},
+        {"output_type": "execute_result", "data": {"text/plain": "42"}, "metadata": {}, "execution_count": None},
+    ]
+
+
+@pytest.mark.parametrize(("count", "expected"), [(3, 3), (0, 0), (-1, None), (True, None), (2.0, None), ("4", None)])
+def test_execution_counts_are_non_negative_ints(count, expected):
+    cell = _code(_display({"text/plain": "x"}, kind="execute_result") | {"execution_count": count})
+    rebuilt = sanitize_notebook(_notebook(cell | {"execution_count": count}))
+    nbformat.validate(rebuilt)
+    assert rebuilt.cells[0].execution_count == expected
+    assert rebuilt.cells[0].outputs[0].execution_count == expected
+
+
+def test_long_text_is_cut_with_a_note():
+    (output,) = _rebuilt_outputs({"output_type": "stream", "name": "stdout", "text": "x" * 300_000})
+    assert output["text"] == "x" * 200_000 + "\n[... 100000 more characters not shown]"
+
+
+def test_latex_output_becomes_mathml_without_script():
+    outputs = _rebuilt_outputs(
+        _display({"text/latex": "$x^2$"}),
+        _display({"text/latex": r"$\href{javascript:alert(1)}{x}$"}),
+        _display({"text/latex": r"$\frac{1}{$"}),
+    )
+    assert outputs[0]["data"] == {
+        "text/html": '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>",
+        "text/plain": "$x^2$",
+    }
+    assert outputs[1]["data"]["text/html"] == (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        "<mrow><mrow><mrow><mi>x</mi></mrow></mrow></mrow></math>"
+    )
+    assert outputs[2]["data"] == {"text/plain": r"$\frac{1}{$"}  # not one formula: shown as text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Markdown: rendered, math as MathML, bounded
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _markdown(source: str, **extra) -> dict:
+    return {"cell_type": "markdown", "id": "m1", "source": source, "metadata": {}} | extra
+
+
+def test_markdown_math_is_mathml_and_carries_no_script():
+    source = r"Square: $x^2$. Block: $$\sqrt{y}$$ and $\mathrm{<script>alert(1)</script>}$"
+    (cell,) = sanitize_notebook(_notebook(_markdown(source))).cells
+    assert cell.source.startswith(
+        '<div><p>Square: <math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>. Block: "
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"><mrow><msqrt><mrow><mi>y</mi>'
+        "</mrow></msqrt></mrow></math> and <math"
+    )
+    assert "<script" not in cell.source
+    page = _render_feedback(sanitize_notebook(_notebook(_markdown(source))))
+    assert page.count("<math") == 3
+
+
+def test_a_formula_over_the_cap_is_shown_as_tex_text():
+    tex = "x+" * 1001 + "x"
+    (cell,) = sanitize_notebook(_notebook(_markdown(f"${tex}$"))).cells
+    assert cell.source == f"<div><p>${tex}$</p>&#10;</div>"
+
+
+def test_attachments_other_than_png_and_jpeg_are_not_embedded():
+    attachments = {"a.png": {"image/png": PNG}, "b.svg": {"image/svg+xml": SVG}, "c.png": {"image/png": SVG}}
+    source = "![a](attachment:a.png) ![b](attachment:b.svg) ![c](attachment:c.png) ![d](attachment:d.png)"
+    (cell,) = sanitize_notebook(_notebook(_markdown(source, attachments=attachments))).cells
+    assert cell.source == (
+        f'<div><p><img src="data:image/png;base64,{PNG}" alt="a"> <img src="data:image/png;base64," alt="b"> '
+        '<img src="data:image/png;base64," alt="c"> <img src="data:image/png;base64," alt="d"></p>&#10;</div>'
+    )
+    assert "attachments" not in cell
+
+
+MARKDOWN_NOTICE = (
+    "<div>[removed from this page: a markdown cell too long to show; the notebook holds it]</div>"
+)
+
+
+def _table(rows: int) -> str:
+    return "| position | angle |\n|---|---|\n" + "| 0 | 0.5 |\n" * rows
+
+
+def test_a_huge_markdown_table_shows_a_notice():
+    (cell,) = sanitize_notebook(_notebook(_markdown(_table(20_000)))).cells  # 0.24 MB
+    assert cell.source == MARKDOWN_NOTICE
+
+
+def test_a_small_table_is_rendered():
+    (cell,) = sanitize_notebook(_notebook(_markdown(_table(2)))).cells
+    assert cell.source.count("<td>0.5</td>") == 2
+
+
+def test_a_50_mb_notebook_hands_bounded_input_to_the_renderer_and_bleach(monkeypatch):
+    rendered: list[int] = []
+    cleaned: list[str] = []
+    render, clean = outputs.render_markdown, outputs.clean_html
+    monkeypatch.setattr(outputs, "render_markdown", lambda text, *a: rendered.append(len(text)) or render(text, *a))
+    monkeypatch.setattr(outputs, "clean_html", lambda text: cleaned.append(text) or clean(text))
+    huge = _table(21_000)  # 0.25 MB each, 50 MB in all
+    many_tags = _table(3_000)  # 36 kB, 6,000 tags once rendered: too many for one text
+    small = "| a |\n|---|\n" + "| 1 |\n" * 300  # 1.8 kB, 600 tags once rendered
+    notebook = _notebook(*[_markdown(huge)] * 200, _markdown(many_tags), *[_markdown(small)] * 200)
+    assert sum(len(c.source) for c in notebook.cells) > 50_000_000
+    rebuilt = sanitize_notebook(notebook)
+    # Bounds written out: 0.2 MB for one cell; 4 MB and 40,000 tags for the notebook, 4,000 for one text.
+    assert rendered and max(rendered) <= 200_000
+    assert sum(rendered) <= 4_000_000 and sum(map(len, cleaned)) <= 4_000_000
+    assert sum(text.count("<") for text in cleaned) <= 40_000
+    assert max(text.count("<") for text in cleaned) <= 4_000
+    sources = [cell.source for cell in rebuilt.cells]
+    assert sources[:201] == [MARKDOWN_NOTICE] * 201
+    assert "<td>1</td>" in sources[201] and sources[-1] == MARKDOWN_NOTICE  # until the notebook's budget ends
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metadata
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_cell_metadata_keeps_nbgrader_fields_of_their_types():
+    metadata = {
+        "nbgrader": {
+            "grade": True, "solution": "yes", "locked": 1, "grade_id": "answer", "points": 2, "score": True,
+            "schema_version": 3, "checksum": "abc", "onload": "x", "task": False,
+        },
+        "jupyter": {"source_hidden": True},
+        "tags": ["<script>"],
+        "widgets": {},
+    }  # fmt: skip
+    (cell,) = sanitize_notebook(_notebook(_code(metadata=metadata))).cells
+    assert cell.metadata == {
+        "nbgrader": {"grade": True, "grade_id": "answer", "points": 2, "schema_version": 3, "checksum": "abc",
+                     "task": False}
+    }  # fmt: skip
+
+
+def test_notebook_metadata_keeps_the_kernel_and_language_names():
+    notebook = _notebook(_code())
+    notebook.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python", "env": {"A": 1}},
+        "language_info": {"name": "python", "version": "3.11.2", "codemirror_mode": {"name": "ipython"},
+                          "pygments_lexer": "<script>"},
+        "widgets": {"application/vnd.jupyter.widget-state+json": {}},
+        "title": "<script>alert(1)</script>",
+    }  # fmt: skip
+    assert sanitize_notebook(notebook).metadata == {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python", "version": "3.11.2"},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Any notebook: a property of the page
+# ---------------------------------------------------------------------------------------------------------
+
+PIECES = [
+    "<", ">", '"', "'", "=", " ", "\n", "\n\n", "a", "x^2", "$", "$$", "on", "onerror=", "onload=alert(1)",
+    "javascript:", "JaVaScRiPt:", "&#106;avascript:", "<script>", "</script>", "<img src=x ", "<svg ",
+    "<a href=", "<math>", "<mi ", "<mtext>", "<style>", "<iframe ", "<!--", "-->", "|", "---", "`", "[x](",
+    ")", "![i](attachment:a.png)", r"\href{javascript:x}{y}", "width=", "1 onerror=alert(1)", "{", "}",
+]
+MIME_TYPES = ["text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg",
+              "image/svg+xml", "application/javascript", "application/x-other"]  # fmt: skip
+KEYS = ["width", "height", "isolated", "alt", "onload", "nbgrader", "grade", "points", "grade_id"]
+
+hostile_text = st.one_of(st.lists(st.sampled_from(PIECES), max_size=12).map("".join), st.text(max_size=20))
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False), hostile_text)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS + MIME_TYPES), hostile_text), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+data_values = st.one_of(hostile_text, st.just(PNG), st.just(JPEG), st.just(SVG), json_values)
+bundles = st.dictionaries(st.sampled_from(MIME_TYPES), data_values, max_size=4)
+metadata = st.dictionaries(st.sampled_from(MIME_TYPES + KEYS), json_values, max_size=3)
+hostile_outputs = st.one_of(
+    st.builds(lambda data, meta, kind: _display(data, meta, kind), bundles, metadata,
+              st.sampled_from(["display_data", "execute_result"])),
+    st.fixed_dictionaries({"output_type": st.just("stream"), "name": st.sampled_from(["stdout", "x"]),
+                           "text": hostile_text}),
+    st.fixed_dictionaries({"output_type": st.sampled_from(["error", "other"]), "ename": json_values,
+                           "evalue": hostile_text, "traceback": st.lists(hostile_text, max_size=3)}),
+    st.dictionaries(st.sampled_from(["output_type", "data", "metadata"]), json_values, max_size=3),
+)  # fmt: skip
+cells = st.one_of(
+    st.builds(lambda outs, meta, count: _code(*outs, metadata=meta) | {"execution_count": count},
+              st.lists(hostile_outputs, max_size=4),
+              st.dictionaries(st.sampled_from(["nbgrader", "tags", "x"]), json_values, max_size=2), json_values),
+    st.builds(lambda source, files: _markdown(source, attachments=files), hostile_text,
+              st.dictionaries(st.just("a.png"), st.dictionaries(st.sampled_from(MIME_TYPES), data_values))),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def template_page() -> str:
+    """The feedback page of an empty notebook: the template's own scripts and styles."""
+    return _render_feedback(new_notebook())
+
+
+def _check_page(page: str, template_page: str) -> None:
+    tags = _tags(page)
+    for active in ("script", "style"):
+        assert [attrs for tag, attrs in tags if tag == active] == [
+            attrs for tag, attrs in _tags(template_page) if tag == active
+        ]
+        assert page.count(f"<{active}") == template_page.count(f"<{active}")
+    for tag, attrs in tags:
+        assert tag not in {"iframe", "object", "embed", "svg", "base", "form"}, tag
+        for name, value in attrs.items():
+            assert not name.startswith("on"), (tag, name, value)
+            assert not re.sub(r"[\s\x00-\x1f]", "", value).lower().startswith("javascript:"), (tag, name, value)
+        if tag == "img":
+            assert all(re.fullmatch(r"[0-9]+", attrs[size]) for size in ("width", "height") if size in attrs)
+
+
+def _check_schema(notebook) -> None:
+    nbformat.validate(notebook)
+    assert set(notebook.metadata) <= {"kernelspec", "language_info"}
+    for cell in notebook.cells:
+        assert set(cell.metadata) <= {"nbgrader"}
+        for output in cell.get("outputs", []):
+            assert set(output.get("data", {})) <= {"text/plain", "text/html", "image/png", "image/jpeg"}
+            for kind, sizes in output.get("metadata", {}).items():
+                assert kind in ("image/png", "image/jpeg") and set(sizes) <= {"width", "height"}
+                assert all(type(value) is int and value > 0 for value in sizes.values())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])  # fmt: skip
+@given(st.lists(cells, min_size=1, max_size=4))
+def test_any_notebook_gives_a_page_with_no_script_handler_or_script_url(template_page, generated):
+    rebuilt = sanitize_notebook(_notebook(*generated))
+    _check_schema(rebuilt)
+    _check_page(_render_feedback(rebuilt), template_page)
+
+
+def test_cell_ids_are_kept_when_valid_and_unique():
+    cells = [_markdown("a", id="same"), _markdown("b", id="same"), _markdown("c", id="<bad id>"), _code()]
+    rebuilt = sanitize_notebook(_notebook(*cells))
+    ids = [cell.id for cell in rebuilt.cells]
+    assert ids[0] == "same" and ids[3] == "c1"
+    assert len(set(ids)) == 4 and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", cell_id) for cell_id in ids)
