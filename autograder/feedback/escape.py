@@ -98,16 +98,6 @@ CONTENT_SECURITY_POLICY = (
     "form-action 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:"
 )
 CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
-_HEAD = re.compile(r"<head(?:\s[^>]*)?>", re.IGNORECASE)
-_DOCTYPE = re.compile(r"\s*<!DOCTYPE[^>]*>", re.IGNORECASE)
-
-
-def with_content_security_policy(page: str) -> str:
-    """``page`` with :data:`CSP_META` first in its ``<head>`` (before any script it would stop), or, in a
-    page without a head, right after the doctype (browsers put it in the implied head)."""
-    match = _HEAD.search(page) or _DOCTYPE.match(page)
-    at = match.end() if match else 0
-    return page[:at] + CSP_META + page[at:]
 
 
 HTML_TAGS = frozenset(
