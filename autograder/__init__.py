@@ -19,12 +19,14 @@ exercise is written. The modules of this package add what an instructor needs ar
 ``python -m autograder grade`` (:mod:`autograder.grade`) runs a pipeline whose stages are the folders of this
 package, in order, with the data that passes between them in :mod:`autograder.types`:
 
-1. and 2. :mod:`autograder.intake`: submissions found by their exact paths, each file checked and repaired;
-3. :mod:`autograder.sandbox`: each notebook executed in a sandboxed kernel (:mod:`autograder.pipeline` runs
-   one submission through stages 3 to 6, on whichever :mod:`autograder.executors` the command chose);
-4. :mod:`autograder.verdicts`: hidden tests decided outside the kernel;
+1. and 2. :mod:`autograder.intake`: submissions found by their exact paths, never through a link, each file
+   copied within its cap into the grader's own folder (it is read, checked and repaired in the stage);
+3. :mod:`autograder.sandbox`: each submission graded in a sandboxed grading stage (:mod:`autograder.pipeline`
+   starts it, on whichever :mod:`autograder.executors` the command chose; :mod:`autograder.grading_stage` is
+   what runs in it, the student's kernel sandboxed inside; :mod:`autograder.crossing` checks what comes back);
+4. :mod:`autograder.verdicts`: hidden tests decided outside the kernel, in the stage;
 5. :mod:`autograder.gradebook`: the class's nbgrader gradebook, written by the main process only;
-6. :mod:`autograder.feedback`: feedback pages and the class's reports.
+6. :mod:`autograder.feedback`: feedback pages (rendered in the stage) and the class's reports.
 """
 
 from __future__ import annotations
