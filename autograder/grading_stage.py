@@ -88,7 +88,8 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     shutil.copy2(task.template / "gradebook.db", course_root / "gradebook.db")
     submitted = course_root / "submitted" / task.student / task.assignment
     submitted.mkdir(parents=True)
-    (submitted / task.notebook.name).write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
+    # Under the release's name, whatever the student called the file: nbgrader grades the notebook of its source.
+    (submitted / f"{task.assignment}.ipynb").write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
     kernel = _set_kernel_sandbox(request, root)
     try:
         log.append(_nbgrader_step(Autograde, course_root, task, kernel, **_autograde_config(task.limits)))
@@ -101,11 +102,11 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
         notes.append(note)
     decided = _decide_outside_kernel(course_root, task)
     items = _items_from_gradebook(course_root, task, decided)
-    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    autograded = course_root / "autograded" / task.student / task.assignment / f"{task.assignment}.ipynb"
     autograded.chmod(0o600)  # nbgrader leaves it read-only, and the stage holds no capability to override that
     sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
     log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter={"template_name": "feedback"}))
-    page = course_root / "feedback" / task.student / task.assignment / task.notebook.with_suffix(".html").name
+    page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
     log.append(_kernel_log_tail(kernel))
     return {
         "items": [dataclasses.asdict(item) for item in items],
@@ -259,7 +260,7 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
 
     if not task.splits:
         return {}
-    autograded = course_root / "autograded" / task.student / task.assignment / task.notebook.name
+    autograded = course_root / "autograded" / task.student / task.assignment / f"{task.assignment}.ipynb"
     cells = {}
     if autograded.exists():
         for cell in nbformat.read(autograded, as_version=4).cells:
@@ -311,7 +312,7 @@ def _items_from_gradebook(course_root: Path, task: Task, decided: dict[str, str]
     from nbgrader.api import Gradebook
 
     messages = _failure_messages(
-        course_root / "autograded" / task.student / task.assignment / task.notebook.name
+        course_root / "autograded" / task.student / task.assignment / f"{task.assignment}.ipynb"
     )
     messages.update(decided)
     with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:

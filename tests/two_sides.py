@@ -10,6 +10,7 @@ as it is and as a notebook's JSON holds it.
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import json
 import re
 from pathlib import Path
@@ -172,12 +173,21 @@ def is_module(name: str, root: Path) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
+def parsed(source: str) -> ast.Module:
+    """``ast.parse(source)`` in a thread of its own. CPython 3.11 keeps a count of the AST's depth per thread, and
+    an earlier error deep in the test process (an attack graded in-process, tests/test_grader_plain_attacks.py)
+    can leave the main thread's count off, so that parsing a large module there raises SystemError ("AST
+    constructor recursion depth mismatch"); a new thread starts from zero."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(ast.parse, source).result()
+
+
 def imported_names(path: Path, root: Path) -> set[str]:
     """Every name that ``path`` (a file under ``root``) imports, at its top or inside a function: ``import x.y``
     gives x.y, ``from x import y`` gives x and x.y (y may be a module or a name of x); relative imports resolved."""
     package = path.relative_to(root).with_suffix("").parts[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
