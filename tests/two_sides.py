@@ -10,9 +10,11 @@ as it is and as a notebook's JSON holds it.
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import json
+import pickle
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -174,12 +176,15 @@ def is_module(name: str, root: Path) -> bool:
 
 
 def parsed(source: str) -> ast.Module:
-    """``ast.parse(source)`` in a thread of its own. CPython 3.11 keeps a count of the AST's depth per thread, and
-    an earlier error deep in the test process (an attack graded in-process, tests/test_grader_plain_attacks.py)
-    can leave the main thread's count off, so that parsing a large module there raises SystemError ("AST
-    constructor recursion depth mismatch"); a new thread starts from zero."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(ast.parse, source).result()
+    """``ast.parse(source)``; where this interpreter fails to build the tree (CPython 3.11 raises SystemError, "AST
+    constructor recursion depth mismatch", on large modules in a test process that has run much before), the
+    tree is built by a fresh interpreter and sent back pickled (unpickling makes the nodes in Python)."""
+    try:
+        return ast.parse(source)
+    except SystemError:
+        script = "import ast, pickle, sys; sys.stdout.buffer.write(pickle.dumps(ast.parse(sys.stdin.read())))"
+        built = subprocess.run([sys.executable, "-c", script], input=source.encode(), capture_output=True, check=True)
+        return pickle.loads(built.stdout)
 
 
 def imported_names(path: Path, root: Path) -> set[str]:
