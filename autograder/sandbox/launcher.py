@@ -191,6 +191,20 @@ def _names_outside(pth: str, prefixes: list[str]) -> bool:
     return any(not any(_inside(folder, prefix) for prefix in prefixes) for folder in folders)
 
 
+def system_binds() -> list[str]:
+    """bwrap's arguments for the system folders (read-only, or as the links they are) and the few files of /etc
+    that programs read; the kernel's sandbox and the grading stage's start from the same."""
+    argv = []
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            argv += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            argv += ["--ro-bind", folder, folder]
+    for name in ETC_FILES:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return argv
+
+
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
@@ -205,13 +219,7 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
         argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev"]
         for path in ("/tmp", "/dev/shm"):
             argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
-    for folder in SYSTEM_FOLDERS:
-        if os.path.islink(folder):
-            argv += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            argv += ["--ro-bind", folder, folder]
-    for name in ETC_FILES:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += system_binds()
     readable = readable_folders()
     for folder in readable:
         argv += ["--ro-bind", folder, folder]

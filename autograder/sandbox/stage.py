@@ -49,11 +49,11 @@ from pathlib import Path
 
 from autograder import REPOSITORY
 from autograder.sandbox.launcher import (
-    ETC_FILES,
     MEGABYTE,
     PROC_SYS_READ_ONLY,
     SYSTEM_FOLDERS,
     Limits,
+    system_binds,
 )
 
 ROOT = "/grading"
@@ -132,13 +132,7 @@ def bwrap_stage_argv(
     # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
     # that insist.
     argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", "--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
-    for folder in SYSTEM_FOLDERS:
-        if os.path.islink(folder):
-            argv += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            argv += ["--ro-bind", folder, folder]
-    for name in ETC_FILES:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += system_binds()
     for folder in stage_readable_folders():
         argv += ["--ro-bind", folder, folder]
     for path in (template, jupyter, notebook, *extra):
