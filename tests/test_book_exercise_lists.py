@@ -17,7 +17,7 @@ import graded_items
 
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
 LEAD = "It grades:"
-HEADER = ["| exercise | points |", "| --- | --- |"]
+HEADER = ["| exercise | kind | points |", "| --- | --- | --- |"]
 
 
 def table_after(text: str, lead: str) -> list[str]:
@@ -74,12 +74,12 @@ def test_the_build_accepts_each_chapter_with_its_released_notebook_and_not_one_r
 def test_the_build_fails_on_a_chapter_list_that_lost_a_row_or_names_no_notebook(tmp_path):
     (tmp_path / "notebooks").mkdir()
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-        "# Chapter 9\n\n" + "\n".join([*HEADER, "| 9.1 one | 1 |", "| 9.2 two | 2 |", "| **total** | **3** |"]))])
+        "# Chapter 9\n\n" + "\n".join([*HEADER, "| 9.1 one | computation | 1 |", "| 9.2 two | prediction | 2 |", "| **total** | | **3** |"]))])
     nbformat.write(notebook, tmp_path / "notebooks" / "09_test.ipynb")
     app = SimpleNamespace(srcdir=str(tmp_path))
-    whole = "\n".join([*HEADER, "| 9.1 one | 1 |", "| 9.2 two | 2 |", "| **total** | **3** |"])
+    whole = "\n".join([*HEADER, "| 9.1 one | computation | 1 |", "| 9.2 two | prediction | 2 |", "| **total** | | **3** |"])
     graded_items._check_the_list(app, "book/09_test", [f"{LEAD}\n\n{whole}\n\nMore text."])
-    short = "\n".join([*HEADER, "| 9.1 one | 1 |", "| **total** | **3** |"])
+    short = "\n".join([*HEADER, "| 9.1 one | computation | 1 |", "| **total** | | **3** |"])
     with pytest.raises(ExtensionError, match="is not the one of"):
         graded_items._check_the_list(app, "book/09_test", [f"{LEAD}\n\n{short}\n\nMore text."])
     with pytest.raises(ExtensionError, match="there is no"):
