@@ -6,8 +6,8 @@ the read-only cells and records checksums, in a temporary course. The result is 
 generating twice gives the same bytes and a test can compare ``notebooks/`` with a fresh generation.
 
 Before its first code cell, each student notebook gets one more cell, for the book's Colab button: in Google
-Colab it installs posenc_ref from the course's repository (``repository`` in ``_config.yml``, the one place
-that names it); anywhere else it does nothing. It is a plain cell, without nbgrader metadata, so that
+Colab it installs posenc_ref from the student edition's repository (``student_repository`` in ``_config.yml``,
+the one place that names it: students never see the instructor's repository); anywhere else it does nothing. It is a plain cell, without nbgrader metadata, so that
 grading stays exact: nbgrader neither checksums nor restores it, it carries no points, the gradebook never
 learns of it, and in the grader's kernel (no ``google.colab``) it runs as a no-op, like any cell a student
 may write. A locked cell would have to live in ``source/``, where it would run in nbgrader's validation too.
@@ -29,7 +29,7 @@ from autograder.course import TemporaryCourse
 BOOK_CONFIG = REPOSITORY / "_config.yml"
 COLAB_CELL_ID = "colab-install"
 COLAB_CELL = """\
-# In Google Colab only: install the course's package, posenc_ref, from the course's repository.
+# In Google Colab only: install the course's package, posenc_ref, from the course's student repository.
 # Anywhere else (Jupyter, Binder, a JupyterHub, the grader) it is installed already and this cell does nothing.
 try:
     import google.colab  # a module that only Colab has
@@ -43,18 +43,19 @@ else:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", requirement])"""
 
 
-def course_repository(config: Path = BOOK_CONFIG) -> tuple[str, str]:
-    """``(url, branch)`` of the course's repository, from ``repository`` in the book's ``_config.yml``.
+def student_repository(config: Path = BOOK_CONFIG) -> tuple[str, str]:
+    """``(url, branch)`` of the student edition's repository, ``student_repository`` in the book's ``_config.yml``.
 
     Raises:
-        ValueError: the file has no ``repository.url`` of the form ``https://...``, or no ``repository.branch``.
+        ValueError: the file has no ``student_repository.url`` of the form ``https://...``, or no
+            ``student_repository.branch``.
     """
-    repository = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("repository") or {}
+    repository = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("student_repository") or {}
     url, branch = str(repository.get("url") or ""), str(repository.get("branch") or "")
     if not url.startswith("https://") or not branch:
         raise ValueError(
-            f"{config} must set repository.url (https://...) and repository.branch; got url={url!r}, "
-            f"branch={branch!r}"
+            f"{config} must set student_repository.url (https://...) and student_repository.branch; got "
+            f"url={url!r}, branch={branch!r}"
         )
     return url.removesuffix("/"), branch
 
@@ -78,7 +79,7 @@ def with_colab_install_cell(notebook: nbformat.NotebookNode, url: str, branch: s
 
 def released_text(path: Path) -> str:
     """The canonical text of a generated notebook, with the Colab cell."""
-    notebook = with_colab_install_cell(nbformat.read(path, as_version=4), *course_repository())
+    notebook = with_colab_install_cell(nbformat.read(path, as_version=4), *student_repository())
     return nbformat.writes(notebook) + "\n"
 
 

@@ -1,7 +1,8 @@
 """The book's launch buttons open the chapter's student notebook, and each service can run it.
 
 The built pages are read (no browser): every Binder, JupyterHub and Colab link of a chapter must name the
-repository and branch of _config.yml and a file of this repository, the chapter's `notebooks/<chapter>.ipynb`.
+student edition's repository and branch (`student_repository` of _config.yml, never the instructor's `repository`)
+and a file that the edition holds, the chapter's `notebooks/<chapter>.ipynb`.
 The JupyterHub link, which the book only has when a course sets `jupyterhub_url`, is checked from the function
 that builds the links. Binder's environment (.binder/) must agree with requirements.txt and install the package;
 the first code cell of each student notebook must install the package in Colab and do nothing anywhere else.
@@ -23,6 +24,7 @@ import test_book as book  # tests/ is on sys.path: pytest imports the test modul
 import yaml
 
 from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
+from autograder.publish import edition_files
 from autograder.release import COLAB_CELL_ID
 
 ROOT = book.ROOT
@@ -31,7 +33,7 @@ sys.path.insert(0, str(ROOT / "book" / "_ext"))
 launch_notebooks = importlib.import_module("launch_notebooks")
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-REPOSITORY_URL, BRANCH = CONFIG["repository"]["url"], CONFIG["repository"]["branch"]
+REPOSITORY_URL, BRANCH = CONFIG["student_repository"]["url"], CONFIG["student_repository"]["branch"]
 ORG, REPO = REPOSITORY_URL.removeprefix("https://github.com/").split("/")
 SERVICES_SET = {text for text, key in launch_notebooks.SERVICES.items() if CONFIG["launch_buttons"].get(key)}
 
@@ -77,8 +79,8 @@ def _check_opens_the_chapter_notebook(service: str, url: str, chapter: str) -> l
     problems = []
     if (org, repo, branch) != (ORG, REPO, BRANCH):
         problems.append(f"{service} opens {org}/{repo}@{branch}, not {ORG}/{REPO}@{BRANCH} of _config.yml")
-    if not path.endswith(".ipynb") or not (ROOT / path).is_file():
-        problems.append(f"{service} opens {path}, which is no notebook of this repository")
+    if not path.endswith(".ipynb") or path not in edition_files():
+        problems.append(f"{service} opens {path}, which is no notebook of the student edition")
     if path != f"notebooks/{chapter}.ipynb":
         problems.append(f"{service} opens {path}, not the chapter's student notebook notebooks/{chapter}.ipynb")
     return problems
@@ -105,6 +107,19 @@ def test_every_launch_button_opens_the_chapters_student_notebook() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_nothing_students_get_names_the_instructors_repository() -> None:
+    """The instructor's repository holds the answer key and may be private: no page of the book and no student
+    notebook links to it (the launch buttons, Binder, nbgitpuller and Colab's cell name the student edition)."""
+    book._require_site()
+    instructors = CONFIG["repository"]["url"].removesuffix("/")
+    assert instructors != REPOSITORY_URL
+    naming = [page for page in book._site_pages()
+              if re.search(re.escape(instructors) + r"(?![\w-])", (book.SITE / page).read_text(encoding="utf-8"))]
+    naming += [path.name for path in sorted(RELEASED_DIRECTORY.glob("*.ipynb"))
+               if re.search(re.escape(instructors) + r"(?![\w-])", path.read_text(encoding="utf-8"))]
+    assert naming == []
+
+
 def test_the_introduction_has_no_launch_button() -> None:
     book._require_site()
     parser = _LaunchLinks()
@@ -126,9 +141,9 @@ def test_a_jupyterhub_link_pulls_the_repository_and_opens_the_notebook() -> None
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"repository_url": "https://gitlab.com/a/b"}, "repository.url in _config.yml must be a GitHub repository"),
+        ({"repository_url": "https://gitlab.com/a/b"}, "student_repository.url in _config.yml must be a GitHub repository"),
         ({"repository_url": "https://github.com/only-org"}, "'https://github.com/only-org'"),
-        ({"branch": ""}, "repository.branch in _config.yml must name a branch, got ''"),
+        ({"branch": ""}, "student_repository.branch in _config.yml must name a branch, got ''"),
         ({"launch_buttons": {"notebook_interface": "lab"}}, "launch_buttons.notebook_interface must be one of"),
     ],
 )

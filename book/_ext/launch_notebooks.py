@@ -3,9 +3,9 @@
 sphinx-book-theme builds its Binder, JupyterHub and Colab links from the page's own source file
 (``book/02_sinusoidal.md``): Colab cannot open a Markdown file, and Binder opens it as text. What a reader
 runs is the chapter's student notebook, which shares the chapter's name (``notebooks/02_sinusoidal.ipynb``).
-This extension runs after the theme has made its buttons and gives each the URL of that notebook, built from
-the one repository setting of ``_config.yml`` (``repository.url``, ``repository.branch``) and the services of
-``launch_buttons``:
+This extension runs after the theme has made its buttons and gives each the URL of that notebook in the student
+edition's repository, ``student_repository`` of ``_config.yml`` (its ``url`` and ``branch``: the instructor's own
+``repository`` holds the answer key and is never linked), and the services of ``launch_buttons``:
 
     Binder      {binderhub_url}/v2/gh/{org}/{repo}/{branch}?urlpath=lab/tree/notebooks/{chapter}.ipynb
     JupyterHub  {jupyterhub_url}/hub/user-redirect/git-pull?repo={repository url}&branch={branch}
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import yaml
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
@@ -37,7 +38,7 @@ def github_repository(url: str) -> tuple[str, str]:
     parts = url.strip().removesuffix("/").removesuffix(".git").removeprefix(prefix).split("/")
     if not url.strip().startswith(prefix) or len(parts) != 2 or not all(parts):
         raise ValueError(
-            f"repository.url in _config.yml must be a GitHub repository, https://github.com/ORG/REPO "
+            f"student_repository.url in _config.yml must be a GitHub repository, https://github.com/ORG/REPO "
             f"(Binder and Colab open notebooks from it), got {url!r}"
         )
     return parts[0], parts[1]
@@ -62,7 +63,7 @@ def launch_urls(notebook: str, *, repository_url: str, branch: str, launch_butto
     """
     org, repo = github_repository(repository_url)
     if not branch:
-        raise ValueError(f"repository.branch in _config.yml must name a branch, got {branch!r}")
+        raise ValueError(f"student_repository.branch in _config.yml must name a branch, got {branch!r}")
     interface = launch_buttons.get("notebook_interface", "jupyterlab")
     if interface not in INTERFACE_PREFIXES:
         raise ValueError(
@@ -83,6 +84,14 @@ def launch_urls(notebook: str, *, repository_url: str, branch: str, launch_butto
     return urls
 
 
+def student_repository(book_root: Path) -> tuple[str, str]:
+    """``(url, branch)`` of ``student_repository`` in ``book_root/_config.yml`` (empty strings where unset: the
+    checks of :func:`launch_urls` name the setting). Jupyter Book passes its own settings to Sphinx, not this one."""
+    config = yaml.safe_load((book_root / "_config.yml").read_text(encoding="utf-8")) or {}
+    repository = config.get("student_repository") or {}
+    return str(repository.get("url") or ""), str(repository.get("branch") or "")
+
+
 def student_notebook(repository_root: Path, pagename: str) -> str | None:
     """``notebooks/<page name>.ipynb`` when the repository holds it, else None."""
     path = f"{NOTEBOOKS}/{Path(pagename).name}.ipynb"
@@ -99,11 +108,10 @@ def _point_buttons_at_the_notebook(app: Sphinx, pagename: str, templatename: str
     if notebook is None:
         buttons.remove(group)
         return
-    options = app.config.html_theme_options
+    repository_url, branch = student_repository(Path(app.srcdir))
     try:
-        urls = launch_urls(notebook, repository_url=options.get("repository_url", ""),
-                           branch=options.get("repository_branch", ""),
-                           launch_buttons=options.get("launch_buttons", {}))
+        urls = launch_urls(notebook, repository_url=repository_url, branch=branch,
+                           launch_buttons=app.config.html_theme_options.get("launch_buttons", {}))
     except ValueError as error:
         raise ExtensionError(f"launch_notebooks: {error}") from error
     for button in group["buttons"]:
