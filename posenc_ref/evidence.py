@@ -15,6 +15,9 @@ separated from a third and not from each other.
 :func:`ranking_sentence` turns a set of kinds' scores into the sentence the book prints, so that no ranking is
 written by hand: it names, kind by kind in the order of the means, the kinds it lies above and those it is
 not separated from.
+
+:func:`paired_comparisons` decides pairs of kinds run on the same seeds by a paired test instead, corrected for
+every comparison a page makes (Holm), with an effect-size floor; see the comment above it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from posenc_ref._checks import check_choice, check_positive_int
 
@@ -185,3 +189,157 @@ def ranking_sentence(scores_by_kind: Mapping[str, Sequence[float]], *, label: Ca
             parts.append(f"lies below {_join([label(k) for k in below])}")
         sentences.append(f"{subject} {_join(parts)}.")
     return " ".join(sentences)
+
+
+# ------------------------------------------------------------------------------------ paired comparisons
+#
+# With every seed run on the same data by every kind, the scores of two kinds A and B pair up by seed, and the
+# question "is A above B?" is a test on the per-seed differences d_s = a_s - b_s, s = 1..n:
+#
+#     t = mean(d) / (sd(d) / sqrt(n)),  two-sided p = P(|T_{n-1}| >= |t|) = I_{(n-1)/(n-1+t^2)}((n-1)/2, 1/2)
+#
+# (Student's paired t-test; I_x(a, b) the regularized incomplete beta function). A page that makes m such
+# comparisons corrects them together (Holm's step-down method): sort the p-values p_(1) <= ... <= p_(m), multiply
+# the k-th by (m - k + 1), and make the products non-decreasing; a comparison whose adjusted p-value is below
+# alpha is a finding, and the chance of one or more false findings on the page is at most alpha. A finding
+# also needs an effect: a mean difference of at least ``margin``, and not two kinds both scoring below
+# ``floor`` (an ordering of "0.00 above 0.01" says nothing).
+
+
+def _incomplete_beta_fraction(x: float, a: float, b: float) -> float:
+    """The continued fraction of I_x(a, b) (modified Lentz's method), for x < (a + 1) / (a + b + 2)."""
+    tiny, epsilon = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < epsilon:
+            break
+    return fraction
+
+
+def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) = B(x; a, b) / B(a, b) for 0 <= x <= 1 and a, b > 0."""
+    if not 0.0 <= x <= 1.0 or a <= 0.0 or b <= 0.0:
+        raise ValueError(f"regularized_incomplete_beta needs 0 <= x <= 1 and a, b > 0, got x={x!r}, a={a!r}, b={b!r}")
+    if x in (0.0, 1.0):
+        return x
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _incomplete_beta_fraction(x, a, b) / a
+    return 1.0 - math.exp(log_front) * _incomplete_beta_fraction(1.0 - x, b, a) / b
+
+
+def t_two_sided_p(t: float, degrees_of_freedom: int) -> float:
+    """P(|T| >= |t|) for Student's t with ``degrees_of_freedom`` >= 1."""
+    check_positive_int("degrees_of_freedom", degrees_of_freedom)
+    if math.isinf(t):
+        return 0.0
+    return regularized_incomplete_beta(degrees_of_freedom / (degrees_of_freedom + t * t), degrees_of_freedom / 2, 0.5)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired t-test of two kinds over the same seeds: their mean difference ``first - second`` and its p-value."""
+
+    mean_difference: float
+    p_value: float
+    seeds: int
+
+
+def paired_t_test(first: Sequence[float], second: Sequence[float]) -> PairedTest:
+    """Student's paired t-test of ``first`` against ``second``, entry s of each from seed s.
+
+    Differences that are all equal give p = 0 when they are not zero (no seed disagrees, and nothing varies) and
+    p = 1 when they are.
+
+    Raises:
+        ValueError: non-finite scores, fewer than two seeds, or two sequences of different lengths.
+    """
+    a, b = _check_scores("first", first), _check_scores("second", second)
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"a paired test needs two equally long sequences of at least two seeds, got {len(a)} "
+                         f"and {len(b)} scores")
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    mean = statistics.fmean(differences)
+    spread = statistics.stdev(differences)
+    if spread <= 1e-12 * max(1.0, abs(mean)):  # equal differences, up to the rounding of the subtraction
+        return PairedTest(mean_difference=mean, p_value=0.0 if mean != 0.0 else 1.0, seeds=len(a))
+    t = mean / (spread / math.sqrt(len(a)))
+    return PairedTest(mean_difference=mean, p_value=t_two_sided_p(t, len(a) - 1), seeds=len(a))
+
+
+def holm(p_values: Mapping[Any, float]) -> dict[Any, float]:
+    """Holm's adjusted p-values of a family of comparisons, by the same keys (see the comment above)."""
+    for key, p in p_values.items():
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p-values must lie in [0, 1], got {p!r} for {key!r}")
+    ordered = sorted(p_values, key=lambda key: p_values[key])
+    count, running, adjusted = len(ordered), 0.0, {}
+    for index, key in enumerate(ordered):
+        running = max(running, min(1.0, (count - index) * p_values[key]))
+        adjusted[key] = running
+    return {key: adjusted[key] for key in p_values}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One pair of kinds of one table, decided: ``higher`` lies above ``lower`` when ``finding`` is true."""
+
+    table: str
+    higher: str
+    lower: str
+    mean_difference: float
+    p_value: float
+    adjusted_p: float
+    finding: bool
+    reason: str
+
+
+def paired_comparisons(tables: Mapping[str, Mapping[str, Sequence[float]]], *, alpha: float = 0.05,
+                       margin: float = 0.05, floor: float = 0.05) -> list[Comparison]:
+    """Every pair of kinds in every table, tested paired over seeds and corrected together (Holm).
+
+    Args:
+        tables: table name -> kind -> one score per seed, the seeds in the same order for every kind.
+        alpha: the chance of one or more false findings among all the comparisons, in (0, 1).
+        margin: the smallest mean difference called a finding.
+        floor: two kinds whose means both lie below it are never ordered.
+
+    Returns:
+        One :class:`Comparison` per pair, ``higher`` the kind of the larger mean; ``reason`` says why a pair is
+        not a finding ("adjusted p = 0.21 >= 0.05", "difference 0.02 < margin 0.05", "both below 0.05").
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    tests, means = {}, {}
+    for table, scores_by_kind in tables.items():
+        kinds = list(scores_by_kind)
+        for kind in kinds:
+            means[table, kind] = statistics.fmean(_check_scores(f"{table}/{kind}", scores_by_kind[kind]))
+        for index, one in enumerate(kinds):
+            for other in kinds[index + 1:]:
+                higher, lower = (other, one) if means[table, other] > means[table, one] else (one, other)
+                tests[table, higher, lower] = paired_t_test(scores_by_kind[higher], scores_by_kind[lower])
+    adjusted = holm({key: test.p_value for key, test in tests.items()})
+    comparisons = []
+    for (table, higher, lower), test in tests.items():
+        if means[table, higher] < floor and means[table, lower] < floor:
+            reason = f"both below {floor:g}"
+        elif test.mean_difference < margin:
+            reason = f"difference {test.mean_difference:.2f} < margin {margin:g}"
+        elif adjusted[table, higher, lower] >= alpha:
+            reason = f"adjusted p = {adjusted[table, higher, lower]:.2g} >= {alpha:g}"
+        else:
+            reason = ""
+        comparisons.append(Comparison(table=table, higher=higher, lower=lower, mean_difference=test.mean_difference,
+                                      p_value=test.p_value, adjusted_p=adjusted[table, higher, lower],
+                                      finding=not reason, reason=reason))
+    return comparisons

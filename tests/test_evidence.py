@@ -1,7 +1,11 @@
 """posenc_ref.evidence: intervals over seeds and the ranking sentences generated from them."""
 
+import math
+import random
+
 import pytest
 
+from posenc_ref import evidence
 from posenc_ref.evidence import Interval, interval, rank, ranking_sentence
 
 
@@ -84,3 +88,84 @@ def test_one_kind_and_no_kind():
         rank({})
     with pytest.raises(ValueError, match="kind 'rope'"):
         rank({"rope": []})
+
+
+# ------------------------------------------------------------------------------------ paired comparisons
+
+
+@pytest.mark.parametrize("x", [0.0, 0.1, 0.37, 0.9, 1.0])
+def test_incomplete_beta_agrees_with_its_closed_forms(x):
+    assert evidence.regularized_incomplete_beta(x, 1.0, 1.0) == pytest.approx(x, abs=1e-12)
+    assert evidence.regularized_incomplete_beta(x, 3.0, 1.0) == pytest.approx(x**3, abs=1e-12)
+    assert evidence.regularized_incomplete_beta(x, 1.0, 2.5) == pytest.approx(1 - (1 - x) ** 2.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.4, 1.0, 2.0, 7.5, -3.0])
+def test_t_p_values_agree_with_the_closed_forms_for_one_two_and_three_degrees_of_freedom(t):
+    s = abs(t)
+    assert evidence.t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(s), abs=1e-10)  # Cauchy
+    assert evidence.t_two_sided_p(t, 2) == pytest.approx(1 - s / math.sqrt(2 + s * s), abs=1e-10)
+    u = s / math.sqrt(3)
+    assert evidence.t_two_sided_p(t, 3) == pytest.approx(1 - 2 / math.pi * (u / (1 + u * u) + math.atan(u)), abs=1e-10)
+
+
+@pytest.mark.parametrize(("t", "df", "p"), [(2.262157, 9, 0.05), (3.249836, 9, 0.01), (2.776445, 4, 0.05),
+                                            (1.959964, 10**7, 0.05)])
+def test_t_p_values_at_the_critical_values_of_the_tables(t, df, p):
+    assert evidence.t_two_sided_p(t, df) == pytest.approx(p, rel=1e-5)
+
+
+def test_a_paired_test_works_on_the_differences():
+    # d = [1, 2, 2, 3]: mean 2, sd sqrt(2/3), t = 2 / (sd / 2) = 4.899 on 3 degrees of freedom
+    test = evidence.paired_t_test([1, 2, 3, 4], [0, 0, 1, 1])
+    u = (2 / (math.sqrt(2 / 3) / 2)) / math.sqrt(3)
+    assert test.mean_difference == 2 and test.seeds == 4
+    assert test.p_value == pytest.approx(1 - 2 / math.pi * (u / (1 + u * u) + math.atan(u)), rel=1e-9)
+    # pairing matters: the same numbers shuffled between seeds no longer differ consistently
+    assert evidence.paired_t_test([1, 2, 3, 4], [1, 1, 0, 0]).p_value > test.p_value
+    assert evidence.paired_t_test([0.5, 0.7], [0.3, 0.5]).p_value == 0.0  # no seed disagrees, nothing varies
+    assert evidence.paired_t_test([0.5, 0.7], [0.5, 0.7]).p_value == 1.0
+
+
+@pytest.mark.parametrize(("first", "second", "message"), [
+    ([1.0], [0.0], "at least two seeds"), ([1.0, 2.0], [0.0, 1.0, 2.0], "equally long"),
+    ([1.0, float("nan")], [0.0, 1.0], "finite"),
+])
+def test_a_paired_test_names_bad_input(first, second, message):
+    with pytest.raises(ValueError, match=message):
+        evidence.paired_t_test(first, second)
+
+
+def test_holm_adjusts_step_down_and_keeps_the_order():
+    adjusted = evidence.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
+    # sorted: d 0.005*4 = 0.02, a 0.01*3 = 0.03, c 0.03*2 = 0.06, b 0.04*1 = 0.04 -> raised to 0.06
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02})
+    assert evidence.holm({"x": 0.7, "y": 0.9}) == {"x": 1.0, "y": 1.0}
+    with pytest.raises(ValueError, match="p-values must lie in"):
+        evidence.holm({"x": 1.5})
+
+
+def test_paired_comparisons_need_a_corrected_p_value_a_margin_and_a_score_above_the_floor():
+    seeds = range(10)
+    strong = [0.9 + 0.01 * (s % 3) for s in seeds]
+    weak = [0.5 + 0.02 * (s % 4) for s in seeds]
+    close = [value - 0.02 for value in strong]  # consistently lower, by less than the margin
+    zero, almost = [0.0] * 10, [0.01 * (s % 2) for s in seeds]
+    decided = {(c.higher, c.lower): c for c in evidence.paired_comparisons(
+        {"task": {"strong": strong, "weak": weak, "close": close, "zero": zero, "almost": almost}})}
+    assert len(decided) == 10
+    assert decided["strong", "weak"].finding and decided["strong", "weak"].adjusted_p < 0.05
+    assert not decided["strong", "close"].finding and "margin" in decided["strong", "close"].reason
+    assert not decided["almost", "zero"].finding and decided["almost", "zero"].reason == "both below 0.05"
+
+
+def test_more_comparisons_on_a_page_need_stronger_evidence():
+    rng = random.Random(0)
+    first = [0.6 + rng.gauss(0, 0.05) for _ in range(10)]
+    second = [value - 0.06 + rng.gauss(0, 0.05) for value in first]
+    alone = evidence.paired_comparisons({"one": {"a": first, "b": second}})[0]
+    assert 0.001 < alone.p_value < 0.05 and alone.finding
+    many = evidence.paired_comparisons({f"table {n}": {"a": first, "b": second} for n in range(40)})
+    assert all(c.p_value == alone.p_value and c.adjusted_p == pytest.approx(min(1, 40 * alone.p_value))
+               for c in many)
+    assert not any(c.finding for c in many)
