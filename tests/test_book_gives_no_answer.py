@@ -5,7 +5,9 @@ Each graded item is read from its source notebook (the answer key) in one or mor
 
 - **numbers**: the expected values of its hidden test (the constants named ``EXPECTED...``), for the one answer
   key and, for a varied item, for many students. The item is printed on a page when every one of its
-  distinctive numbers is printed there (:func:`distinctive`: a value with enough digits to be itself);
+  distinctive numbers is printed there (:func:`distinctive`: a value with enough digits to be itself); an
+  answer of one number is looked for on its own chapter's page only, where it would answer the item (on another
+  page, 1.05 or 2048 is some other quantity);
 - **code**: a solution that defines a function, compared with every function of the book's code cells and of
   ``posenc_ref`` (which ships to students too) after renaming its local names (:func:`code_shape`);
 - **prose**: a written answer's model answer, compared with each of the book's folded solutions by the content
@@ -332,6 +334,8 @@ def matches(assignment: str, grade_id: str, cell_type: str, answer: str) -> list
     for chapter, text in pages().items() if "numbers" in item_forms else ():
         printed = printed_numbers(text)
         for name, numbers in item_forms["numbers"]:
+            if len(numbers) == 1 and chapter != assignment:
+                continue  # one number alone answers the item only where its chapter prints it
             if all(is_printed(number, printed) for number in numbers):
                 found.append(f"{chapter}.html prints {name}: {numbers[:6]}")
                 break
