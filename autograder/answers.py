@@ -64,6 +64,7 @@ __all__ = [
     "exact_text",
     "parse_expression",
     "reported_number_value",
+    "rounded_from",
     "same_value",
 ]
 
@@ -658,8 +659,10 @@ def check_expressions(
 
     ``expected`` and the mistakes are written as strings in the hidden test and read with the same parser.
     A wrong answer that equals a mistake's expressions gets that mistake's description; otherwise the message
-    names the wrong entries, and says when an entry is only numerically close (a decimal, or a rounded
-    denominator) rather than equal.
+    names the wrong entries. An entry written as a plain decimal that agrees with the right value to the digits
+    it gives (:func:`rounded_from`) is told to be written exactly; any other wrong entry is told it is wrong,
+    with the value it evaluates to (never the right one): an expression whose value is merely close, such as
+    ``cos(3/100)`` for ``cos(3/10000^(1/3))``, is a wrong expression, not a rounded one.
     """
     sympy = _sympy()
     if type(values) not in (list, tuple):
@@ -682,12 +685,39 @@ def check_expressions(
             raise AnswerError(f"{name}: {description}")
     notes = []
     for index in wrong:
-        gap = abs(sympy.N(answers[index] - targets[index], 20))
-        if gap < 1e-3:
+        text, answer = values[index], answers[index]
+        if rounded_from(text, targets[index]):
+            gap = abs(sympy.N(answer - targets[index], 20))
             notes.append(
-                f"entry {index} ({values[index]!r}) is numerically close to the right value (it differs by "
+                f"entry {index} ({text!r}) is numerically close to the right value (it differs by "
                 f"{float(gap):.1e}) but not equal to it: write the exact expression, not a rounded number"
             )
         else:
-            notes.append(f"entry {index} ({values[index]!r}) is not equal to the right expression")
+            notes.append(f"entry {index} ({text!r}) is wrong: it evaluates to {_shown(answer)}")
     raise AnswerError(f"{name}: " + "; ".join(notes))
+
+
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def rounded_from(text: str, exact: Any) -> bool:
+    """Whether ``text`` is a plain decimal number (digits, a point, a sign, an exponent: no operator and no
+    function) whose digits are those of the sympy number ``exact``, rounded or cut at its last digit: with
+    ``u`` one unit of that digit and ``d = exact - text``, ``|d| <= u/2``, or ``|d| < u`` with ``d`` of the
+    sign of ``text`` (``"0.4794"`` and ``"0.479"`` for sin(1/2) = 0.479426, but neither ``"0.4795"`` nor
+    ``"0.5794"``)."""
+    sympy = _sympy()
+    if type(text) is not str or _PLAIN_DECIMAL.fullmatch(written := text.strip()) is None:
+        return False
+    unit = sympy.Rational(10) ** decimal.Decimal(written).as_tuple().exponent  # "0.4794" -> 1/10000
+    number = sympy.Rational(written)
+    difference = sympy.N(exact - number, 30)
+    return bool(abs(difference) <= unit / 2 or (abs(difference) < unit and difference * number >= 0))
+
+
+def _shown(number: Any) -> str:
+    """A sympy number in ten significant digits, as a student reads it (``0.9995500337``, ``-0.5``): enough to
+    tell apart the values of expressions that differ in the fourth decimal of an exponent."""
+    value = _sympy().N(number, 10)
+    as_float = float(value)
+    return f"{as_float:.10g}" if math.isfinite(as_float) and (as_float != 0 or value == 0) else str(value)

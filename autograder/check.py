@@ -7,7 +7,8 @@ the hidden tests that decide the grade are not in a student's notebook.
 
 A test cell passes, fails (it raised), or finds its item not answered yet: :func:`autograder.progress.visible_test`
 then shows the status as data of :data:`autograder.progress.STATUS_MIME`, which is read here. The words and
-lines are those of the notebook's own last cell (:func:`autograder.progress.status_line`).
+lines are those of the notebook's own last cell (:func:`autograder.progress.status_line`), and every line names
+its item as the notebook does, "2.2" or "Quiz 1" (:func:`autograder.progress.item_labels`).
 
 This module and what it imports are on the student's side: the student edition's ``python -m autograder``
 (:mod:`autograder.publish`) offers this command only, through :func:`main`.
@@ -27,7 +28,7 @@ import nbformat
 from autograder import ASSIGNMENTS, released_notebook
 from autograder.intake.sanitize import read_notebook
 from autograder.kernels import KERNEL_NAME, kernel_environment_set, write_kernelspec
-from autograder.progress import NOT_ANSWERED, STATUS_MIME
+from autograder.progress import NOT_ANSWERED, STATUS_MIME, item_labels
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -38,6 +39,7 @@ class CheckedItem:
     points: float
     status: str  # "passed", "failed", "not answered", "written answer"
     message: str = ""
+    label: str = ""  # the item as the notebook numbers it ("2.2", "Quiz 1"); the grade id where it has none
 
 
 def _grade_id(cell) -> str | None:
@@ -110,23 +112,25 @@ def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: in
                 resources={"metadata": {"path": str(folder)}},
             )
             client.execute()
+    labels = item_labels(notebook.cells)
     items = []
     for cell in notebook.cells:
         meta = cell.metadata.get("nbgrader", {})
         if not meta.get("grade"):
             continue
-        points = float(meta.get("points", 0))
+        grade_id, points = meta["grade_id"], float(meta.get("points", 0))
+        label = labels.get(grade_id, grade_id)
         if cell.cell_type != "code":
-            items.append(CheckedItem(meta["grade_id"], points, "written answer"))
+            items.append(CheckedItem(grade_id, points, "written answer", label=label))
             continue
         errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
         if errors:
             message = _ANSI.sub("", f"{errors[0].get('ename')}: {errors[0].get('evalue')}")
-            items.append(CheckedItem(meta["grade_id"], points, "failed", message))
+            items.append(CheckedItem(grade_id, points, "failed", message, label))
         elif NOT_ANSWERED in _statuses_shown(cell):
-            items.append(CheckedItem(meta["grade_id"], points, NOT_ANSWERED, "scores 0 as it is"))
+            items.append(CheckedItem(grade_id, points, NOT_ANSWERED, "scores 0 as it is", label))
         else:
-            items.append(CheckedItem(meta["grade_id"], points, "passed"))
+            items.append(CheckedItem(grade_id, points, "passed", label=label))
     return items
 
 
@@ -146,15 +150,19 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
         return 2
     released = matching_release(notebook, path)
     if released is not None:
-        for grade_id in reset_tests(notebook, released):
+        edited = reset_tests(notebook, released)
+        labels = item_labels(notebook.cells)  # from the released test cells
+        for grade_id in edited:
             print(
-                f"note: the test cell '{grade_id}' had been edited; the released version was run", file=stream
+                f"note: the test cell of {labels.get(grade_id, grade_id)} had been edited; the released version "
+                "was run",
+                file=stream,
             )
     items = run_visible_tests(notebook, path.parent, timeout)
-    width = max((len(item.grade_id) for item in items), default=10)
+    width = max((len(item.label or item.grade_id) for item in items), default=10)
     for item in items:
         points = f"{item.points:g} point" + ("" if item.points == 1 else "s")
-        line = f"{item.status.upper():>14}  {item.grade_id:<{width}}  ({points})"
+        line = f"{item.status.upper():>14}  {item.label or item.grade_id:<{width}}  ({points})"
         print(line + (f"  {item.message}" if item.message else ""), file=stream)
     tested = [item for item in items if item.status != "written answer"]
     passed = sum(item.status == "passed" for item in tested)

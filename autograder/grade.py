@@ -40,7 +40,10 @@ Outputs, in DIR (these names only are replaced):
 Manually graded answers count 0 in ``score`` until an instructor grades them (status ``manual``) but their
 points are part of ``max_score``, as in nbgrader. Once graded by hand (in the formgrader), an item counts its
 manual score (status ``hand-graded``, the instructor's comment as its message), here and in every later
-grade, and its submission's feedback page is made again with it (:mod:`autograder.feedback.handgraded`).
+grade: in the score reported of each submission as it arrives, in ``grades.csv`` and ``report.txt``; and its
+submission's feedback page is made again with it (:mod:`autograder.feedback.handgraded`). The items that
+still wait for a hand grade are printed at the end, and listed in ``report.txt``, by their numbers
+("04_relative 4.6 waits for a hand grade in 1 of 2 submissions: mistakes").
 """
 
 from __future__ import annotations
@@ -63,10 +66,11 @@ from autograder.executors.dask import SchedulerLost, run_dask
 from autograder.executors.local import run_local
 from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
-from autograder.feedback.reports import write_csvs, write_report
+from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
 from autograder.intake.submissions import collect, extract_notebooks
 from autograder.pipeline import write_ungraded
+from autograder.progress import item_labels
 from autograder.records import Records, record_key
 from autograder.sandbox import cgroups
 from autograder.sandbox.kernel_view import kernel_packages
@@ -177,14 +181,23 @@ class Delivery:
                 f"{result.student}/{result.assignment} was not written into the gradebook "
                 f"({type(error).__name__}: {str(error)[:200]})"
             )
-        self.results.append(result)
+        self.results.append(result)  # as graded: the hand grades are read again once the batch is done
         if (kept := self.keys.get((result.student, result.assignment))) is not None:
             try:
                 self.records.save(result, *kept)
             except OSError as error:
                 self.warnings.append(f"{result.student}/{result.assignment} was not kept for a resumed run ({error})")
         self.bar.update()
-        self.report(result)
+        self.report(self._with_hand_grades(result))
+
+    def _with_hand_grades(self, result: Result) -> Result:
+        """``result`` with the hand grades the gradebook holds, for its score reported now; as graded when
+        they cannot be read (grades.csv still has them, read after the batch)."""
+        try:
+            return with_hand_grades(self.gradebook, result)
+        except Exception:  # noqa: BLE001 (a report line is not worth a batch)
+            self.gradebook.db.rollback()
+            return result
 
     def close(self) -> None:
         self.bar.close()
@@ -299,14 +312,17 @@ def grade(
     staging = out / f".autograder-new-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        results, warnings_found = _grade_into(path, staging, out, class_gradebook, options)
+        results, warnings_found, labels = _grade_into(path, staging, out, class_gradebook, options)
         write_course_files(staging, out, class_db_url)
         results = _with_hand_grades(results, class_db_url, staging, warnings_found)
         write_csvs(results, staging)
-        write_report(results, warnings_found, staging)
+        write_report(results, warnings_found, staging, labels)
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if waiting := waiting_for_hand_grades(results, labels):
+        print(f"Waiting for a hand grade (python -m autograder formgrader --out {out}), counted 0 until graded:")
+        print("\n".join(f"- {report_text(line)}" for line in waiting), flush=True)
     return results
 
 
@@ -335,7 +351,8 @@ def default_jobs(limits: Limits) -> int:
 
 
 def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: Options):
-    """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings)."""
+    """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings, the number of each
+    item of each assignment by grade id, read from its released notebook)."""
     limits = options.limits
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
@@ -351,6 +368,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         with open_gradebook(f"sqlite:///{course.gradebook}") as template:
             copy_assignments(template, class_gradebook, assignments)
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
+        labels: Labels = {assignment: item_labels(notebook.cells) for assignment, notebook in released.items()}
         problem = bwrap_problem() if options.sandbox else "the sandbox was turned off (--no-sandbox)"
         cgroup_problem = cgroups.problem()
         warnings_found += _enforcement_warnings(problem, cgroup_problem, limits)
@@ -461,7 +479,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     )
                 )
     results.sort(key=lambda result: (result.assignment, result.student))
-    return results, warnings_found
+    return results, warnings_found, labels
 
 
 def _warn_now(warnings_found: list[str]) -> Callable[[str], None]:

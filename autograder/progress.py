@@ -25,14 +25,20 @@ passed. Two things make sure it fails:
 
 Each outcome is also shown as display data of :data:`STATUS_MIME` (read by ``python -m autograder check``,
 :mod:`autograder.check`) and kept in this module, for :func:`print_status`, the last cell of every notebook.
+
+Outside the kernel, :func:`item_labels` reads the same numbers from a notebook's cells, so that ``check`` and the
+grader's reports name an item as the notebook does (``2.2``, ``Quiz 1``) rather than by its nbgrader cell id.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 GRADING_VARIABLE = "AUTOGRADER_GRADING"
 STATUS_MIME = "application/vnd.autograder.item-status+json"
@@ -154,3 +160,51 @@ def print_status(*items: str, written: tuple[str, ...] = ()) -> None:
         f"{counts[PASSED]} passing, {counts[NOT_ANSWERED]} not answered, {counts[FAILED]} failing. "
         "Run `python -m autograder check` on the saved notebook to check it in a fresh kernel."
     )
+
+
+# The number of an item in the first line of a markdown cell: "## 4.6 A bias ..." or "**Quiz 1.** Which ...".
+# Any other heading ("## Quiz (1 point each)", "## Where you stand") ends the item before it.
+_HEADING = re.compile(r"#+\s+(?P<number>\d+(?:\.\d+)+)?")
+_QUIZ = re.compile(r"\*\*(?P<number>Quiz \d+)\.?\*\*")
+
+
+def _visible_test_item(source: str) -> str | None:
+    """The first argument of the first ``visible_test("2.2", ...)`` call in a code cell, if it is a string."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "visible_test"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            return node.args[0].value
+    return None
+
+
+def item_labels(cells: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The item each graded cell of a notebook belongs to, as a student reads it, by nbgrader grade id.
+
+    A test cell is the item its :class:`visible_test` names (``"2.2"``, ``"Quiz 1"``); a written answer, or a
+    test cell without one, is the item whose heading comes last above it (``## 4.6 ...``, ``**Quiz 1.**``);
+    a cell with neither is named by its grade id. ``cells`` are a notebook's cells (nbformat's or plain dicts).
+    """
+    labels: dict[str, str] = {}
+    heading: str | None = None
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        first_line = source.lstrip().split("\n", 1)[0]
+        is_heading = cell.get("cell_type") == "markdown" and not meta.get("solution")  # an answer heads nothing
+        if is_heading and (match := _HEADING.match(first_line) or _QUIZ.match(first_line)):
+            heading = match.group("number")
+        grade_id = meta.get("grade_id")
+        if meta.get("grade") and isinstance(grade_id, str):
+            label = _visible_test_item(source) if cell.get("cell_type") == "code" else None
+            labels[grade_id] = label or heading or grade_id
+    return labels

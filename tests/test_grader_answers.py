@@ -32,6 +32,7 @@ from autograder.answers import (
     check_close,
     check_expressions,
     parse_expression,
+    rounded_from,
     same_value,
 )
 
@@ -317,6 +318,64 @@ def test_check_expressions_says_when_an_entry_is_only_numerically_close():
         AnswerError, match="entry 0 .* numerically close to the right value .* not equal to it"
     ):
         check_expressions(["0.909297", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
+
+
+@pytest.mark.parametrize(
+    "answer, expected, evaluates_to",
+    [
+        # pairs i = 1 and 2 of d = 6 mixed up (10000^(2/6) for 10000^(4/6)): within 1e-3 of the right value
+        # cos(3/464.16) = 0.9999791129, but a wrong expression; cos(0.0003) = 0.999999955 (by hand: 1 - 0.0003^2/2)
+        ("cos(3/10000)", "cos(3/10000^(2/3))", "0.999999955"),
+        # an off-by-one exponent (2/4, the pair of d = 4, for 4/6): cos(0.03) = 0.9995500337, 4e-4 from the right
+        ("cos(3/10000^(1/2))", "cos(3/10000^(2/3))", "0.9995500337"),
+        ("cos(3/100)", "cos(3/10000^(1/3))", "0.9995500337"),
+        # sin(2 / 10000^(2/3)) = sin(0.0043088...) = 0.004308856047
+        ("sin(2*10000**(-2/3))", "sin(2*10000**(-1/3))", "0.004308856047"),
+        # a decimal whose last digit is neither rounded nor cut from sin(2) = 0.9092974...
+        ("0.9094", "sin(2)", "0.9094"),
+        # the digits of sin(2) at the wrong place
+        ("9.093", "sin(2)", "9.093"),
+    ],
+)
+def test_a_wrong_entry_whose_value_is_close_is_told_it_is_wrong_with_its_own_value(answer, expected, evaluates_to):
+    with pytest.raises(AnswerError) as raised:
+        check_expressions([answer], [expected], name="pe")
+    assert str(raised.value) == f"pe: entry 0 ({answer!r}) is wrong: it evaluates to {evaluates_to}"
+
+
+def test_the_message_of_a_wrong_entry_shows_its_value_and_not_the_right_one():
+    with pytest.raises(AnswerError) as raised:
+        check_expressions(["cos(3/10000)"], ["cos(3/10000^(2/3))"], name="pe")
+    right = f"{math.cos(3 / 10000 ** (2 / 3)):.5f}"  # 0.99998
+    assert right not in str(raised.value) and "rounded" not in str(raised.value)
+
+
+@pytest.mark.parametrize("answer", ["0.9093", "0.909297", "0.9092", "0.91", "+0.909", ".90930", "9.09297e-1"])
+def test_a_plain_decimal_with_the_digits_of_the_right_value_is_told_to_write_it_exactly(answer):
+    # sin(2) = 0.90929742682568...: each answer is its value rounded or cut at the answer's last digit
+    with pytest.raises(AnswerError, match=r"^pe: entry 0 .* not a rounded number$"):
+        check_expressions([answer], ["sin(2)"], name="pe")
+
+
+@pytest.mark.parametrize(
+    "text, exact, rounded",
+    [
+        ("0.4794", "sin(1/2)", True),  # sin(1/2) = 0.4794255386...
+        ("0.479", "sin(1/2)", True),
+        ("0.4795", "sin(1/2)", False),  # 0.47942... rounds to 0.4794
+        ("0.5794", "sin(1/2)", False),
+        ("-0.42", "cos(2)", True),  # cos(2) = -0.4161468365...: rounded
+        ("-0.41", "cos(2)", True),  # cut
+        ("-0.40", "cos(2)", False),
+        ("0.1000", "1/10", True),
+        ("1e300", "1", False),  # one digit at the place of 10^300 is not the digits of 1
+        ("3", "pi", True),
+        ("0.48 + 0", "sin(1/2)", False),  # an operator: not a plain decimal
+        ("sin(0.5)", "sin(1/2)", False),  # a function
+    ],
+)
+def test_rounded_from_accepts_only_a_plain_decimal_with_the_digits_of_the_value(text, exact, rounded):
+    assert rounded_from(text, parse_expression(exact)) is rounded
 
 
 def test_check_expressions_names_a_mistake_and_accepts_tuples_of_strings():

@@ -1,16 +1,77 @@
 """``python -m autograder check NOTEBOOK`` as README's "For students" writes it: its whole output is about the
-notebook. The kernel talks to the command over Unix sockets in a private folder, so nothing (no warning about
-unencrypted TCP, no kernel left behind) reaches the student's terminal."""
+notebook, and every line names its item as the notebook does ("2.2", "Quiz 1"), not by nbgrader's cell id. The
+kernel talks to the command over Unix sockets in a private folder, so nothing (no warning about unencrypted TCP,
+no kernel left behind) reaches the student's terminal.
+
+The names come from the notebook itself (:func:`autograder.progress.item_labels`); here they are compared with
+another place of the same notebook, the items its last cell lists (``print_status("2.1", ...)``)."""
 
 from __future__ import annotations
 
+import ast
+
+import nbformat
 import pytest
 from planted import ROOT, run_module
 
-pytestmark = pytest.mark.slow
+from autograder import ASSIGNMENTS, released_notebook
+from autograder.progress import item_labels
 
 
-def test_check_prints_the_tests_and_no_warning_of_the_kernel():
+def _listed_items(notebook: nbformat.NotebookNode) -> list[str]:
+    """The items of the notebook's last cell, ``print_status("2.1", ..., written=(...))``, in order."""
+    call = ast.parse(notebook.cells[-1].source).body[0].value
+    assert call.func.id == "print_status"
+    return [argument.value for argument in call.args]
+
+
+def _graded(notebook: nbformat.NotebookNode, cell_type: str | None = None) -> list[str]:
+    return [
+        cell.metadata["nbgrader"]["grade_id"]
+        for cell in notebook.cells
+        if cell.metadata.get("nbgrader", {}).get("grade") and cell_type in (None, cell.cell_type)
+    ]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_graded_cell_is_named_by_an_item_its_last_cell_lists(assignment):
+    notebook = nbformat.read(released_notebook(assignment), as_version=4)
+    labels = item_labels(notebook.cells)
+    assert list(labels) == _graded(notebook)
+    # several cells may share an item (4.2 and 4.3's heading), but every item listed has its cell, in order
+    assert list(dict.fromkeys(labels.values())) == _listed_items(notebook)
+
+
+def test_a_written_answer_is_named_by_the_heading_of_its_question():
+    notebook = nbformat.read(released_notebook("04_relative"), as_version=4)
+    assert _graded(notebook, "markdown") == ["self_bias_answer"]
+    assert item_labels(notebook.cells)["self_bias_answer"] == "4.6"
+
+
+def _cell(cell_type: str, source: str, grade_id: str | None = None, **nbgrader) -> dict:
+    meta = {"nbgrader": {"grade_id": grade_id, **nbgrader}} if grade_id else {}
+    return {"cell_type": cell_type, "source": source, "metadata": meta}
+
+
+def test_a_cell_with_no_number_above_it_and_no_visible_test_is_named_by_its_id():
+    cells = [
+        _cell("markdown", "## 7.1 A question (2 points)"),
+        _cell("code", "assert answer == 1", "first_test", grade=True),  # no visible_test: its heading's number
+        _cell("markdown", "## Quiz (1 point each)"),  # a heading without a number ends item 7.1
+        _cell("markdown", "YOUR ANSWER HERE", "essay", grade=True, solution=True),
+        _cell("markdown", "**Quiz 2.** Which one?"),
+        _cell("markdown", "## 9.9 a student's heading", "quiz_answer_text", solution=True),  # an answer heads nothing
+        _cell("code", 'with visible_test("Quiz 2", "", "quiz"):\n    pass', "quiz_test", grade=True),
+        _cell("code", "x = (", "broken_test", grade=True),  # not Python: the heading above, Quiz 2
+        _cell("code", "quiz = 'A'", "quiz_answer", solution=True),  # not graded: no name
+    ]
+    assert item_labels(cells) == {
+        "first_test": "7.1", "essay": "essay", "quiz_test": "Quiz 2", "broken_test": "Quiz 2",
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_check_prints_the_tests_by_their_numbers_and_no_warning_of_the_kernel():
     completed = run_module("autograder", "check", "notebooks/02_sinusoidal.ipynb", cwd=ROOT, timeout=300)
     output = completed.stdout + completed.stderr
     assert completed.returncode == 1, output  # the released notebook has no answers yet
@@ -18,4 +79,8 @@ def test_check_prints_the_tests_and_no_warning_of_the_kernel():
     assert "TCP" not in output and "WARNING" not in output and "Parent appears to have exited" not in output, output
     lines = [line for line in output.splitlines() if line.strip()]
     assert all(line.lstrip().startswith("NOT ANSWERED") for line in lines[:-1]), output
+    named = [line.split()[2] if line.split()[2] != "Quiz" else " ".join(line.split()[2:4]) for line in lines[:-1]]
+    expected = ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "Quiz 1", "Quiz 2", "Quiz 3"]
+    assert named == expected, output
+    assert "_test" not in output, output
     assert "0 of 10 visible tests pass (10 not answered yet)" in lines[-1]

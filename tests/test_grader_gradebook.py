@@ -3,7 +3,8 @@
 A small class (the full solution and the planted mistakes of 04_relative, whose written answer waits for an
 instructor) is graded into each database; nbgrader's own ``nbgrader export`` must then read from it exactly the
 rows of ``grades.csv``, and the written answer must wait for a manual grade. Expected totals are the round-trip
-test's constants (tests/test_grader_roundtrip.py).
+test's constants (tests/test_grader_roundtrip.py). Once a score is given by hand, as the formgrader saves it,
+``python -m autograder grade`` prints and writes totals that count it, and names the items still waiting.
 
 The PostgreSQL server is Debian's (``make test`` installs the ``postgresql`` package), started by this module on
 loopback in a temporary folder, as the ``postgres`` user when the tests run as root. Its tests are skipped only
@@ -35,6 +36,8 @@ MANUAL_ITEM = "self_bias_answer"
 # From tests/test_grader_roundtrip.py: 9 autograded points of 12 for the full solution, 2 with the mistakes.
 EXPECTED_SCORES = {"full": 13.0, "mistakes": 4.0}
 MAX_SCORE = 16.0
+MANUAL_NUMBER = "4.6"  # the written answer's heading in the notebook: "## 4.6 A bias for the token itself"
+HAND_POINTS = 2.0  # of its 3
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -100,6 +103,48 @@ def test_an_unreachable_database_is_refused_naming_db_url_and_hiding_the_passwor
     with pytest.raises(ValueError, match=r"db_url postgresql://grader:\*\*\*@127\.0\.0\.1") as raised:
         grade(graded_class, tmp_path / "out", db_url=f"postgresql://grader:hunter2@127.0.0.1:{port}/none")
     assert "hunter2" not in str(raised.value)
+
+
+def _grade_command(submissions: Path, out: Path) -> str:
+    """``python -m autograder grade`` as an instructor runs it; its standard output."""
+    completed = run_module("autograder", "grade", str(submissions), "--out", str(out), "--jobs", "2", timeout=600)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+def _give_hand_grade(db_url: str, student: str, score: float) -> None:
+    """What the formgrader does when an instructor types a score (nbgrader's GradeHandler.put)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(MANUAL_ITEM, ASSIGNMENT, ASSIGNMENT, student)
+        grade.manual_score, grade.extra_credit = score, None
+        grade.needs_manual_grade = grade.manual_score is None and grade.auto_score is None
+        gradebook.db.commit()
+
+
+def test_grade_prints_and_writes_totals_with_the_hand_grades_and_names_the_items_still_waiting(
+    graded_class, tmp_path
+):
+    out = tmp_path / "out"
+    first = _grade_command(graded_class, out)
+    for student, score in EXPECTED_SCORES.items():
+        assert f"{student}/{ASSIGNMENT}: {score:g} / {MAX_SCORE:g}\n" in first, first
+    assert f"{ASSIGNMENT} {MANUAL_NUMBER} waits for a hand grade in 2 of 2 submissions: full, mistakes" in first
+
+    _give_hand_grade(f"sqlite:///{out / 'gradebook.db'}", "full", HAND_POINTS)
+    second = _grade_command(graded_class, out)  # nothing changed in the submissions: their results are reused
+    expected = {"full": EXPECTED_SCORES["full"] + HAND_POINTS, "mistakes": EXPECTED_SCORES["mistakes"]}
+    for student, score in expected.items():
+        assert f"{student}/{ASSIGNMENT}: {score:g} / {MAX_SCORE:g}\n" in second, second
+    assert f"{ASSIGNMENT} {MANUAL_NUMBER} waits for a hand grade in 1 of 2 submissions: mistakes\n" in second
+    assert "full, mistakes" not in second
+    assert {row["student_id"]: float(row["score"]) for row in _rows(out / "grades.csv")} == expected
+    report = (out / "report.txt").read_text().splitlines()
+    full, mistakes = report.index("full/04_relative: 15 / 16"), report.index("mistakes/04_relative: 4 / 16")
+    assert report[full + 1] == f"  graded by hand: {MANUAL_NUMBER} (2 / 3)"
+    assert report[mistakes + 1] == f"  waiting for a hand grade: {MANUAL_NUMBER} (3 points, counted 0 until graded)"
+    assert MANUAL_ITEM not in "\n".join(report)
 
 
 # ---------------------------------------------------------------------------------------------------------
