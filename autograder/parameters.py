@@ -109,7 +109,7 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
     "05_rope": (
         # no head of 128 features: the book counts the slow pairs of d = 128 for bases 10000 and 500000
         VariedItem("05_rope", "5.6",
-                   {"base": (500_000, 10_000, 1_000_000, 100_000), "head_dim": (96, 64, 80),
+                   {"base": (500_000, 10_000, 1_000_000, 100_000), "head_dim": (96, 64, 256),
                     "context": (8192, 4096, 32768, 2048)},
                    _words("base {base}, head dimension d = {head_dim}, sequences of up to {context} tokens")),
     ),
