@@ -264,7 +264,7 @@ LETTERED = {
     "06_comparison": [
         ("quiz_far_keys", "A", {"B": "neither method clips", "C": "stop at the last one", "D": "every distance has a bucket"}),
         ("quiz_order_blind", "C", {"A": "the layout only orders", "B": "1 radian a token", "D": "a scaled table"}),
-        ("claims", "B", {"A": "flat perplexity", "C": "touch at 512", "D": "the seeds overlap"}),
+        ("claims", "B", {"A": "flat perplexity", "C": "touch at 512", "D": "the ranges of seeds overlap"}),
     ],
 }
 VARIABLE = {"claims": "supported_claim"}
