@@ -1,14 +1,16 @@
 """The items of chapters 4 to 6 that ask students to predict, diagnose and read evidence (4.7, 4.8, 5.6, 5.7,
-6.3, 6.4): the source's solution passes its visible and hidden tests, right answers in other forms pass, and
-each plausible wrong answer passes the visible test (it checks the form only) and fails the hidden one with
-the message that names its mistake. The hidden tests run as in grading: the kernel's part here, with its
-reporter, and the grader's part through :func:`autograder.verdicts.verdict.decide`. No kernel runs here.
+6.3, 6.4, 6.5 and the quiz questions), and 4.1: the source's solution passes its visible and hidden tests,
+right answers in other forms pass, and each plausible wrong answer passes the visible test (it checks the form
+only) and fails the hidden one with the message that names its mistake. The hidden tests run as in grading: the
+kernel's part here, with its reporter, and the grader's part through :func:`autograder.verdicts.verdict.decide`.
+No kernel runs here. The expected answers are derived again here from the chapters' formulas.
 """
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, parameter_cells, source_cells
 
@@ -71,21 +73,22 @@ def test_4_8_alibi_hides_the_better_token_from_4_and_from_334_positions(monkeypa
     assert solution == [4, 334]
 
 
-def test_5_6_twenty_nine_pairs_of_llama_3_never_turn_once(monkeypatch):
+def test_5_6_twenty_one_pairs_of_a_96_feature_head_never_turn_once(monkeypatch):
     solution = check_item(
         "05_rope", "slow_pairs_answer", "slow_pairs_test", "slow_pairs_llama3",
-        [29.0, torch.tensor(29)],
+        [21.0, torch.tensor(21)],
         [
-            (35, "do complete at least one turn"),
-            (14, "base 10,000"),
-            (20, "2 pi radians, not 1"),
-            (46, "exponent is doubled"),
-            (48, "not 360"),
-            (28, "got 28, expected"),
+            (27, "do complete at least one turn"),
+            (10, "base 10,000"),
+            (15, "2 pi radians, not 1"),
+            (34, "exponent is doubled"),
+            (36, "not 360"),
+            (29, "Llama 3's count"),
+            (20, "got 20, expected"),
         ],
         monkeypatch,
     )
-    assert solution == 29
+    assert solution == 21
 
 
 def test_5_7_the_planted_bug_is_the_direction_of_the_rotation(monkeypatch):
@@ -209,7 +212,7 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
 
     assert expected("04_relative", "alibi_hiding_test") == [hidden_from(0), hidden_from(7)]
 
-    inv_freq, _ = rope_frequencies(128, base=500000.0)
+    inv_freq, _ = rope_frequencies(96, base=500000.0)
     for last in (8191, 8192):
         assert expected("05_rope", "slow_pairs_test") == [int((inv_freq.double() * last < 2 * math.pi).sum())]
 
@@ -217,3 +220,155 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
                     "t5": [0.12, 0.30, 0.21, 0.05, 0.40]})
     pairs = (("alibi", "rope"), ("alibi", "t5"), ("rope", "t5"))
     assert expected("06_comparison", "seeds_test") == [ranking.separated(a, b) for a, b in pairs]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4.1, 6.5 and the quiz questions of chapters 4 to 6 that ask for a prediction or a diagnosis
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_4_1_the_weights_are_the_softmax_of_the_biased_scores(monkeypatch):
+    scores = [0.3 + 0.8, 0.9 + 0.0, 0.6 - 0.4]  # content plus b(-1), b(0), b(+1)
+    right = [math.exp(score) / sum(math.exp(other) for other in scores) for score in scores]
+    assert hidden_constants("04_relative", "bias_test")["EXPECTED"] == pytest.approx(right, abs=1e-11)
+    reversed_bias = [0.3 - 0.4, 0.9, 0.6 + 0.8]
+    check_item(
+        "04_relative", "bias_answer", "bias_test", "relative_bias_weights",
+        [[round(weight, 3) for weight in right]],
+        [
+            ([math.exp(score) / sum(math.exp(other) for other in reversed_bias) for score in reversed_bias],
+             "the wrong way round"),
+            ([math.exp(score) for score in scores], "before normalising"),
+            ([score / sum(scores) for score in scores], "instead of going through a softmax"),
+            ([math.exp(score) / sum(math.exp(other) for other in (0.3, 0.9, 0.6)) for score in (0.3, 0.9, 0.6)],
+             "the bias was not added"),
+            ([0.45, 0.37, 0.18], "got 0.45, expected"),
+        ],
+        monkeypatch,
+    )
+
+
+# (answer cell, test cell, variable, right letter, {wrong letter: a fragment of its feedback}) by assignment
+LETTERED = {
+    "04_relative": [
+        ("quiz_alibi_reach", "B", {"A": "shrink as h grows", "C": "each head has its own slope", "D": "fixed numbers"}),
+        ("quiz_t5_shared_bias", "D", {"A": "buckets 3 and 4", "B": "not linear", "C": "12 and 20 fall in buckets 5 and 6"}),
+        ("quiz_absolute_relative", "A", {"B": "not the best answer", "C": "not the best answer", "D": "not the best answer"}),
+    ],
+    "05_rope": [
+        ("quiz_rope_shift", "B", {"A": "signed offset", "C": "not on their ratio", "D": "another base"}),
+        ("quiz_raised_base", "C", {"A": "does not change at all", "B": "that is position interpolation",
+                                   "D": "depends on the base for every pair"}),
+        ("quiz_rotated_input", "B", {"A": "never meet", "C": "the layout only decides", "D": "keeps the norm"}),
+    ],
+    "06_comparison": [
+        ("quiz_far_keys", "A", {"B": "neither method clips", "C": "stop at the last one", "D": "every distance has a bucket"}),
+        ("quiz_order_blind", "C", {"A": "the layout only orders", "B": "1 radian a token", "D": "a scaled table"}),
+        ("claims", "B", {"A": "flat perplexity", "C": "touch at 512", "D": "the ranges of seeds overlap"}),
+    ],
+}
+VARIABLE = {"claims": "supported_claim"}
+
+
+@pytest.mark.parametrize(("assignment", "item", "right", "wrong"),
+                         [(assignment, *entry) for assignment, entries in LETTERED.items() for entry in entries],
+                         ids=lambda value: value if isinstance(value, str) else "")
+def test_each_lettered_item_takes_its_right_letter_and_says_why_each_other_is_wrong(monkeypatch, assignment, item, right,
+                                                                                     wrong):
+    name = VARIABLE.get(item, item)
+    solution = check_item(assignment, f"{item}_answer", f"{item}_test", name, [f" {right.lower()} "],
+                          list(wrong.items()), monkeypatch)
+    assert solution == right
+
+
+def t5_bucket_back(distance: int, num_buckets: int, max_distance: int) -> int:
+    """T5's bucket of a key ``distance`` tokens before the query, bidirectional, from the T5 paper's formula."""
+    n = num_buckets // 2
+    exact = n // 2
+    if distance < exact:
+        return distance
+    return min(n - 1, exact + int(math.log(distance / exact) / math.log(max_distance / exact) * (n - exact)))
+
+
+def test_the_quiz_answers_of_chapter_4_follow_from_the_formulas():
+    slopes = [2.0 ** (-8 * head / 8) for head in range(1, 9)]
+    # with equal content scores, the weight of a key 50 back against the key 1 back is exp(-m * 49)
+    reach = [math.exp(-slope * 49) for slope in slopes]
+    assert max(range(8), key=reach.__getitem__) == 7  # head 8
+    shared = {letter: t5_bucket_back(a, 16, 64) == t5_bucket_back(b, 16, 64)
+              for letter, (a, b) in {"A": (3, 4), "B": (8, 16), "C": (12, 20), "D": (40, 400)}.items()}
+    assert shared == {"A": False, "B": False, "C": False, "D": True}
+    assert [t5_bucket_back(a, 16, 64) for a in (3, 4, 8, 16, 12, 20)] == [3, 4, 5, 6, 5, 6]
+
+
+def rotate(x: torch.Tensor, position: int, base: float = 10000.0) -> torch.Tensor:
+    """RoPE of one vector, interleaved, written from the rotation of each pair."""
+    d = x.shape[-1]
+    out = x.clone()
+    for i in range(d // 2):
+        angle = position * base ** (-2 * i / d)
+        a, b = x[2 * i], x[2 * i + 1]
+        out[2 * i], out[2 * i + 1] = a * math.cos(angle) - b * math.sin(angle), a * math.sin(angle) + b * math.cos(angle)
+    return out
+
+
+def test_the_quiz_answers_of_chapter_5_follow_from_the_formulas():
+    generator = torch.Generator().manual_seed(5)
+    q, k = torch.randn(8, dtype=torch.float64, generator=generator), torch.randn(8, dtype=torch.float64, generator=generator)
+
+    def score(m, n, base=10000.0):
+        return float(rotate(q, m, base) @ rotate(k, n, base))
+
+    assert score(110, 104) == pytest.approx(score(10, 4), abs=1e-9)  # B
+    for other in (score(4, 10), score(20, 8), score(10, 4, base=500000.0)):  # A, C, D
+        assert abs(other - score(10, 4)) > 1e-3
+    ratios = [10000 ** (-2 * i / 64) / 40000 ** (-2 * i / 64) for i in range(32)]  # old theta_i / new theta_i
+    assert ratios[0] == 1 and max(range(32), key=ratios.__getitem__) == 31 and 3.5 < ratios[31] < 4
+    w_q, w_k = torch.randn(8, 8, dtype=torch.float64, generator=generator), torch.randn(8, 8, dtype=torch.float64, generator=generator)
+    x, y = torch.randn(8, dtype=torch.float64, generator=generator), torch.randn(8, dtype=torch.float64, generator=generator)
+
+    def input_rotated(m, n):
+        return float((w_q @ rotate(x, m)) @ (w_k @ rotate(y, n)))
+
+    assert abs(input_rotated(10, 4) - input_rotated(110, 104)) > 1e-3  # the property is lost: B
+
+
+def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():
+    assert t5_bucket_back(1000, 32, 128) == t5_bucket_back(2000, 32, 128) == 15  # quiz 1: A
+    # quiz 2: an encoder that adds one row to every token is blind to order; the other bugs are not
+    generator = torch.Generator().manual_seed(6)
+    tokens, permutation = torch.randn(6, 8, dtype=torch.float64, generator=generator), torch.tensor([3, 0, 5, 1, 4, 2])
+    pe = torch.randn(6, 8, dtype=torch.float64, generator=generator)
+
+    def pooled(x):
+        weights = torch.softmax(x @ x.T, dim=-1)
+        return (weights @ x).mean(0)
+
+    torch.testing.assert_close(pooled(tokens[permutation] + pe[0]), pooled(tokens + pe[0]))
+    assert (pooled(tokens[permutation] + 0.1 * pe) - pooled(tokens + 0.1 * pe)).abs().max() > 1e-6
+
+
+def test_6_5_the_range_rule_on_the_table_of_the_question_supports_claim_b_only():
+    """The table parsed from the question's markdown, the four claims checked on it with the range rule."""
+    import re
+
+    question = source_cells("06_comparison")["claims_question"]
+    rows = {}
+    for line in question.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 6 and "[" in line:
+            rows[cells[0]] = [tuple(float(value) for value in re.findall(r"\[([\d.]+), ([\d.]+)\]", cell)[0])
+                              if "[" in cell else None for cell in cells[1:]]
+    lengths = (512, 1024, 2048, 4096)
+    alibi, rope, fine_tuned, sinusoidal = (rows[kind] for kind in (
+        "alibi", "rope", "rope, position interpolation, fine-tuned at 4,096", "sinusoidal"))
+
+    def lower(a, b):  # every seed of a below every seed of b
+        return a[1] < b[0]
+
+    claim_b = lower(rope[0], alibi[0]) and fine_tuned[4][0] > alibi[4][1]
+    claim_c = all(lower(fine_tuned[index], alibi[index]) for index in range(len(lengths)))
+    claim_d = all(lower(rope[index], sinusoidal[index]) for index in range(1, len(lengths)))
+    claim_a = alibi[4][1] >= 0.5  # a model that uses the whole input finds the far fact
+    assert (claim_a, claim_b, claim_c, claim_d) == (False, True, False, False)
+    assert solution_namespace("06_comparison", "claims_answer")["supported_claim"] == "B"

@@ -142,7 +142,7 @@ def test_the_items_vary_with_todays_values_first():
     assert {item: VARIED[item].answer_key for item in ITEMS} == {
         "4.7": {"num_buckets": 64, "max_distance": 256},
         "4.8": {"lead": 1.3, "heads": 8},
-        "5.6": {"base": 500_000, "head_dim": 128, "context": 8192},
+        "5.6": {"base": 500_000, "head_dim": 96, "context": 8192},
     }
     assert [VARIED[item].test_cell for item in ITEMS] == ["t5_last_bucket_test", "alibi_hiding_test",
                                                            "slow_pairs_test"]
@@ -189,7 +189,8 @@ def test_the_derivations_can_tell_the_known_cases():
     assert last_bucket_start(32, 128) == 91  # T5's defaults: 8 * 2**3.5 = 90.51
     assert last_bucket_start(64, 256) == 216  # 16 * 16**(15/16) = 215.27
     assert [hiding_by_search(1.3, alibi_slope(h, 8)) for h in (1, 8)] == [4, 334]  # 1 + 2.6, 1 + 332.8
-    assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63
+    assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63: Llama 3, the question's example
+    assert never_turning_pairs(500_000, 96, 8192) == 21  # pairs 27 to 47: 2 pi 500000**(54/96) = 10,089 > 8,191
 
 
 @pytest.mark.parametrize("item", ITEMS)
@@ -255,7 +256,7 @@ def test_no_count_of_slow_pairs_hangs_on_the_last_position(parameters):
     assert never_turning_pairs(base, head_dim, length + 1) == never_turning_pairs(base, head_dim, length)
 
 
-@pytest.mark.parametrize(("student", "pairs"), [("", 64), ("ada", 32), ("ida", 48)])
+@pytest.mark.parametrize(("student", "pairs"), [("", 48), ("ada", 32), ("ida", 128)])
 def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypatch, student, pairs):
     """The notebook's parameters (here from $JUPYTERHUB_USER, as on a hub) set the bound d/2 of the visible test."""
     monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
@@ -265,6 +266,13 @@ def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypa
     assert not passed and message == f"{VISIBLE_FAILURE}a number of pairs, between 0 and d/2", message
     _, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs})
     assert not message.startswith(VISIBLE_FAILURE), message
+
+
+def test_no_student_draws_the_parameters_whose_answers_the_book_prints():
+    """The book draws T5's 32 buckets (max_distance 32 to 256) and counts the slow pairs of heads of 128 features
+    (bases 10000 and 500000, lengths 2048 and 8192): no student's 4.7 or 5.6 uses them."""
+    assert 32 not in VARIED["4.7"].choices["num_buckets"]
+    assert 128 not in VARIED["5.6"].choices["head_dim"]
 
 
 @pytest.mark.parametrize("item", ITEMS)

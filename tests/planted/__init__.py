@@ -211,7 +211,7 @@ class LearnedPositions(nn.Module):
     },
     "04_relative": {
         "bias_answer": """
-scores = [0.2 - 0.5, 0.2, 0.2 + 0.5]
+scores = [0.3 - 0.4, 0.9, 0.6 + 0.8]  # the biases the wrong way round
 total = sum(math.exp(score) for score in scores)
 relative_bias_weights = [math.exp(score) / total for score in scores]
 """,
@@ -257,8 +257,8 @@ def interleaved_to_half(x):
     d = x.shape[-1]
     return torch.stack((x[..., : d // 2], x[..., d // 2 :]), dim=-1).flatten(-2)
 """,
-        "slow_pairs_answer": "slow_pairs_llama3 = 35  # the pairs that do complete a turn",
-        "quiz_long_sequences_answer": 'quiz_long_sequences = "A"',
+        "slow_pairs_answer": "slow_pairs_llama3 = 27  # the pairs that do complete a turn",
+        "quiz_raised_base_answer": 'quiz_raised_base = "A"',
     },
     "06_comparison": {
         "choice_b_answer": 'choice_b = "rope"',
