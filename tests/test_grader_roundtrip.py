@@ -360,17 +360,17 @@ def test_check_runs_the_released_visible_tests_and_reports_what_passes(planted_c
     nbformat.write(notebook, path)
     completed = run_module("autograder", "check", str(path))
     assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
-    assert "the test cell 'bias_test' had been edited" in completed.stdout
-    assert "8 of 8 visible tests pass" in completed.stdout
-    assert "WRITTEN ANSWER  self_bias_answer" in completed.stdout
+    assert "the test cell of 4.1 had been edited" in completed.stdout
+    assert "10 of 10 visible tests pass" in completed.stdout
+    assert "WRITTEN ANSWER  4.6" in completed.stdout
 
 
 def test_check_of_a_blank_notebook_fails_and_names_each_test(planted_class):
     path = planted_class / "submitted" / "blank" / "04_relative" / "04_relative.ipynb"
     completed = run_module("autograder", "check", str(path))
     assert completed.returncode == 1
-    assert "0 of 8 visible tests pass (8 not answered yet)" in completed.stdout
-    assert "NOT ANSWERED  bias_test" in completed.stdout and "NameError" not in completed.stdout
+    assert "0 of 10 visible tests pass (10 not answered yet)" in completed.stdout
+    assert "NOT ANSWERED  4.1" in completed.stdout and "NameError" not in completed.stdout
 
 
 # -------------------------------------------------------------------------------------------- a folder
