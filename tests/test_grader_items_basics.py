@@ -28,6 +28,19 @@ def grade(monkeypatch, assignment: str, test_id: str, answer: str) -> tuple[bool
 
 # (assignment, answer cell, test cell, answer): right answers, the source's solution first.
 RIGHT = [
+    ("01_permutation", "attention_answer", "attention_test", None),
+    ("01_permutation", "attention_answer", "causal_test", None),
+    ("01_permutation", "equivariance_answer", "equivariance_test", None),
+    (
+        "01_permutation",
+        "equivariance_answer",
+        "equivariance_test",
+        "def equivariance_error(layer, x, shuffle):\n"
+        "    order = shuffle.argmax(dim=1)\n"
+        "    return float((layer(x[:, order]) - layer(x)[:, order]).abs().max())",
+    ),
+    ("01_permutation", "maps_answer", "maps_test", None),
+    ("01_permutation", "maps_answer", "maps_test", 'equivariant_maps = [" H", "f", "B", "a"]'),
     ("01_permutation", "blind_answer", "blind_test", None),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = [(3, 1, 3, 0, 0), [0, 3, 1, 3, 0]]"),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = ([9, 9, 9, 9, 8], [9, 9, 8, 9, 9])"),
@@ -62,8 +75,38 @@ RIGHT = [
     ("03_learned", "decay_answer", "decay_test", "untrained_norm_ratio = 0.670"),
 ]
 
+
+PREFIX_BODY = """
+def self_attention(x, w_query, w_key, w_value, prefix=None):
+    scores = (x @ w_query) @ (x @ w_key).T / math.sqrt(w_key.shape[1])
+    if prefix is not None:
+        i, j = torch.arange(x.shape[0])[:, None], torch.arange(x.shape[0])[None, :]
+        scores = scores.masked_fill(~({visible}), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ (x @ w_value)
+"""
+
 # (assignment, test cell, wrong answer, a fragment of the feedback that names the mistake)
 WRONG = [
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="j <= i"), "the prefix is ignored"),
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (j <= prefix)"), "too many keys"),
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (i < prefix)"), "too many keys"),
+    ("01_permutation", "causal_test", PREFIX_BODY.format(visible="(j >= i) | (j < prefix)"), "causal output of the first"),
+    (
+        "01_permutation",
+        "equivariance_test",
+        "def equivariance_error(layer, x, shuffle):\n    return (layer(shuffle @ x) - layer(x)).abs().max().item()",
+        "this measures invariance",
+    ),
+    (
+        "01_permutation",
+        "equivariance_test",
+        "def equivariance_error(layer, x, shuffle):\n"
+        "    return (layer(shuffle @ x) - shuffle.T @ layer(x)).abs().max().item()",
+        "inverse permutation",
+    ),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "f"}', "missing ['h']"),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "d", "f", "h"}', "invariance, not"),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "f", "h", "x"}', "one of the letters a to h"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 2, 1])", "the same sequence twice"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])", "do not hold the same tokens"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [2, 1, 3, 1, 2])", "both are palindromes"),
@@ -181,6 +224,59 @@ def test_causal_outputs_are_what_the_reference_attention_computes():
     assert causal == pytest.approx(constants["EXPECTED"], abs=1e-12)
     unmasked = attention(zeros, zeros, values).flatten().tolist()
     assert unmasked == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
+
+
+def test_prefix_outputs_are_what_the_reference_attention_computes_with_that_mask():
+    from posenc_ref.attention import attention
+
+    constants = hidden_constants("01_permutation", "attention_test")
+    x = torch.tensor([[1.0, 0.0, -1.0], [0.5, 2.0, 0.25], [-1.5, 0.5, 1.0], [0.0, -0.5, 2.0]], dtype=torch.float64)
+    w_query = torch.tensor([[0.2, -1.0], [1.0, 0.4], [-0.3, 0.6]], dtype=torch.float64)
+    w_key = torch.tensor([[1.2, 0.1], [-0.4, 0.9], [0.5, -0.7]], dtype=torch.float64)
+    w_value = torch.tensor([[1.0, 0.0, 0.5], [0.0, -1.0, 1.0], [2.0, 0.5, 0.0]], dtype=torch.float64)
+    q, k, v = ((x @ w)[None, None] for w in (w_query, w_key, w_value))  # (1, 1, 4, d)
+    i, j = torch.arange(4)[:, None], torch.arange(4)[None, :]
+
+    def outputs(allowed):
+        return attention(q, k, v, mask=allowed).flatten().tolist()
+
+    assert outputs((j <= i) | (j < 3)) == pytest.approx(constants["EXPECTED_C"], abs=1e-11)
+    assert outputs(j <= i) == pytest.approx(constants["MISTAKES_C"][0][1], abs=1e-11)
+    assert outputs((j <= i) | (j <= 3)) == pytest.approx(constants["MISTAKES_C"][1][1], abs=1e-11)
+    assert outputs(torch.ones(4, 4, dtype=torch.bool)) == pytest.approx(constants["EXPECTED_B"], abs=1e-11)
+
+
+def test_the_equivariant_maps_are_those_a_random_shuffle_commutes_with():
+    """Each map of 1.5 built here and tried on a shuffle: the equivariant ones are exactly the hidden test's."""
+    torch.manual_seed(0)
+    n, d = 6, 4
+    x, table = torch.randn(n, d, dtype=torch.float64), torch.randn(n, d, dtype=torch.float64)
+    w = [torch.randn(d, d, dtype=torch.float64) for _ in range(5)]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+
+    def attend(t, bias=0.0, allowed=None):
+        scores = (t @ w[0]) @ (t @ w[1]).T + bias
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ (t @ w[2])
+
+    def block(t):
+        t = torch.nn.functional.layer_norm(t + attend(t), (d,))
+        return t + torch.relu(t @ w[3]) @ w[4]
+
+    maps = {
+        "a": lambda t: torch.softmax(t, dim=0),
+        "b": lambda t: t - t.mean(dim=0),
+        "c": lambda t: t + table,
+        "d": lambda t: t[t[:, 0].argsort()],
+        "e": lambda t: attend(t, bias=-(i - j).abs()),
+        "f": block,
+        "g": lambda t: torch.cummax(t, dim=0).values,
+        "h": lambda t: attend(t, allowed=i != j),
+    }
+    order = torch.randperm(n)
+    equivariant = {name for name, f in maps.items() if torch.allclose(f(x[order]), f(x)[order], atol=1e-10)}
+    assert equivariant == set(hidden_constants("01_permutation", "maps_test")["EXPECTED_MAPS"])
 
 
 def test_the_first_full_turn_is_read_from_the_table():

@@ -179,20 +179,22 @@ NAMED_MISTAKES = {
 OTHER_MISTAKES = {
     "01_permutation": {
         "attention_answer": """
-def self_attention(x, w_query, w_key, w_value, causal=False):
+def self_attention(x, w_query, w_key, w_value, prefix=None):
     scores = (x @ w_query) @ (x @ w_key).T  # not divided by sqrt(d_k)
-    if causal:
-        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(diagonal=1), float("-inf"))
+    if prefix is not None:
+        positions = torch.arange(x.shape[0])
+        visible = (positions[None, :] <= positions[:, None]) | (positions[None, :] < prefix)
+        scores = scores.masked_fill(~visible, float("-inf"))
     return torch.softmax(scores, dim=-1) @ (x @ w_value)
 """,
         "equivariance_answer": """
-def equivariance_error(layer, x, permutation):
-    return (layer(x[permutation]) - layer(x)).abs().max().item()
+def equivariance_error(layer, x, shuffle):
+    return (layer(shuffle @ x) - layer(x)).abs().max().item()
 """,
         "conclusions_answer": "bidirectional_is_equivariant = True\ncausal_is_equivariant = True",
-        "maps_answer": 'equivariant_maps = {"a", "b"}',
+        "maps_answer": 'equivariant_maps = {"a", "b", "f"}',
         "blind_answer": "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])  # a palindrome and a sequence that is not",
-        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "C"',
+        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "A"',
     },
     "03_learned": {
         "learned_answer": """
