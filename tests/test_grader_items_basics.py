@@ -52,6 +52,18 @@ RIGHT = [
         "count_test",
         "from fractions import Fraction\ncausal_outputs = [Fraction(3 + p, p + 1) for p in range(8)]",
     ),
+    ("02_sinusoidal", "most_moved_answer", "most_moved_test", None),
+    ("02_sinusoidal", "most_moved_answer", "most_moved_test", "most_moved = (1.0, 1.21)"),
+    ("02_sinusoidal", "decode_answer", "decode_test", None),
+    (
+        "02_sinusoidal",
+        "decode_answer",
+        "decode_test",
+        "def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    turned = torch.atan2(rows[:, -2], rows[:, -1]).double() % (2 * math.pi)\n"
+        "    return [int(t / base ** (-(d - 2) / d) + 0.5) for t in turned]",
+    ),
     ("02_sinusoidal", "first_turn_answer", "first_turn_test", None),
     (
         "02_sinusoidal",
@@ -118,6 +130,35 @@ WRONG = [
     ("01_permutation", "count_test", "causal_outputs = [1 + 2 / (p + 2) for p in range(8)]", "off by one"),
     ("01_permutation", "count_test", "causal_outputs = [1 / (p + 1) for p in range(8)]", "weights 1 / (p + 1)"),
     ("01_permutation", "count_test", "causal_outputs = [3, 2, 1.5, 1.5, 1.4, 1.33, 1.29, 1.25]", "the first is entry 2"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [0, 0.43]", "pair 0 turns fastest"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [0, 13]", "the angle pair 0 turns"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.47]", "squared distance"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.77]", "the exponent runs over features"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.3]", "got 1.3, expected"),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        "def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    return [round(torch.atan2(row[-2], row[-1]).item() / base ** (-(d - 2) / d)) for row in rows]",
+        "returns angles in (-pi, pi]",
+    ),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        "def decode_positions(rows, base=10000.0):\n"
+        "    return [round(torch.atan2(row[0], row[1]).item() % (2 * math.pi)) for row in rows]",
+        "pair 0 alone",
+    ),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        "def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    return [round((torch.atan2(row[-1], row[-2]).item() % (2 * math.pi)) / base ** (-(d - 2) / d))\n"
+        "            for row in rows]",
+        "arguments of atan2 are swapped",
+    ),
     (
         "02_sinusoidal",
         "first_turn_test",
@@ -279,6 +320,33 @@ def test_the_equivariant_maps_are_those_a_random_shuffle_commutes_with():
     assert equivariant == set(hidden_constants("01_permutation", "maps_test")["EXPECTED_MAPS"])
 
 
+def test_the_farthest_pair_of_the_answer_key_is_measured_on_the_table():
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    table = sinusoidal_table(120, 8, dtype=torch.float64)  # (120, 8)
+    moved = (table[113] - table[100]).reshape(4, 2).norm(dim=-1)  # (4,): each pair between p = 100 and 113
+    expected = hidden_constants("02_sinusoidal", "most_moved_test")["EXPECTED"]
+    assert expected == [int(moved.argmax()), pytest.approx(moved.max().item(), abs=1e-12)]
+
+
+def test_the_decoded_positions_are_those_of_the_rows_and_the_mistakes_are_what_they_say():
+    """The rows built by posenc_ref (not the hidden test's own builder) decode to the hidden test's positions."""
+    from posenc_ref.sinusoidal import sinusoidal_frequencies, sinusoidal_table
+
+    constants = hidden_constants("02_sinusoidal", "decode_test")
+    found, wrapped, first_pair = [], [], []
+    for positions, d, base in (([0, 5, 6, 7, 150, 3000, 12345, 19000], 16, 1e4), ([3, 70, 150, 197], 8, 100.0)):
+        assert max(positions) < 2 * math.pi / sinusoidal_frequencies(d, base=base)[-1]  # within one slow turn
+        rows = torch.cat([sinusoidal_table(1, d, base=base, offset=p) for p in positions])  # (n, d), float32
+        slow = torch.atan2(rows[:, -2].double(), rows[:, -1].double())  # (n,), in (-pi, pi]
+        omega = sinusoidal_frequencies(d, base=base)[-1].item()
+        found += [round(angle / omega) for angle in torch.remainder(slow, 2 * math.pi).tolist()]
+        wrapped += [round(angle / omega) for angle in slow.tolist()]
+        first_pair += [round(a) for a in torch.remainder(torch.atan2(rows[:, 0], rows[:, 1]).double(), 2 * math.pi).tolist()]
+    assert found == constants["EXPECTED"]
+    assert wrapped == constants["MISTAKES"][0][1] and first_pair == constants["MISTAKES"][1][1]
+
+
 def test_the_first_full_turn_is_read_from_the_table():
     """Unwrap each pair's angle along the table and find where it first reaches a full turn."""
     from posenc_ref.sinusoidal import sinusoidal_table
@@ -364,6 +432,8 @@ def _planted_answers():
     )
     yield "03_learned", "offset_test", OTHER_MISTAKES["03_learned"]["offset_answer"], "the offset is ignored"
     for answer_id, test_id in (
+        ("most_moved_answer", "most_moved_test"),
+        ("decode_answer", "decode_test"),
         ("first_turn_answer", "first_turn_test"),
         ("planted_bug_answer", "planted_bug_test"),
         ("dot_answer", "dot_test"),
