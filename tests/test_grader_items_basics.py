@@ -80,6 +80,11 @@ RIGHT = [
         "dot_test",
         'pe_dot_d6_at_k = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
     ),
+    ("03_learned", "extend_answer", "extend_test", None),
+    ("03_learned", "extend_answer", "extend_test", 'extend_plan = " b"'),
+    ("03_learned", "gradient_answer", "rows_test", None),
+    ("03_learned", "gradient_answer", "fraction_test", None),
+    ("03_learned", "gradient_answer", "fraction_test", "fraction_reaching_row_60 = 0.4938"),
     ("03_learned", "offset_answer", "offset_test", None),
     ("03_learned", "offset_answer", "offset_test", "offset_rows = (2.0, 101.0, 412.0)"),
     ("03_learned", "decay_answer", "decay_test", None),
@@ -227,6 +232,14 @@ WRONG = [
         "treated as degrees",
     ),
     ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "1.054895"', "numerically close"),
+    ("03_learned", "extend_test", 'extend_plan = "A"', "frozen random rows never learn"),
+    ("03_learned", "extend_test", 'extend_plan = "C"', "trained to read the learned rows"),
+    ("03_learned", "extend_test", 'extend_plan = "D"', "the same code"),
+    ("03_learned", "rows_test", "rows_without_gradient = 61", "off by one"),
+    ("03_learned", "rows_test", "rows_without_gradient = 80", "the rows below 20 do learn"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 41 / 81", "the 61st position"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 0.4", "there are 81 of them"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 0.49", "got 0.49, expected"),
     ("03_learned", "offset_test", "offset_rows = [0, 99, 412]", "the offset is ignored"),
     ("03_learned", "offset_test", "offset_rows = [2, 101, 410]", "rows 0 and 1 are forgotten"),
     ("03_learned", "offset_test", "offset_rows = [2, 102, 411]", "off by one"),
@@ -392,6 +405,23 @@ def test_the_dot_product_at_distance_ten_is_the_expected_expression():
     [expected] = hidden_constants("02_sinusoidal", "dot_test")["EXPECTED"]
     value = float(sympy.sympify(expected))
     assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
+
+
+def test_rows_and_fractions_of_3_4_and_3_5_are_those_of_a_training_run_over_every_length():
+    """One backward pass per allowed length (20 to 100) through a 160-row table: the rows that never get a
+    gradient, and how many of the lengths reach row 60."""
+    from posenc_ref.learned import LearnedPositionalEmbedding
+
+    table = LearnedPositionalEmbedding(160, 2)
+    reached = 0
+    for length in range(20, 101):
+        table.weight.grad = None
+        table(torch.zeros(1, length, 2)).sum().backward()
+        reached += bool(table.weight.grad[60].abs().sum() > 0)
+        touched = table.weight.grad.abs().sum(dim=-1) > 0 if length == 20 else touched | (table.weight.grad.abs().sum(dim=-1) > 0)
+    never = int((~touched).sum())
+    assert f"check_close(count, [{never}]" in source_cells("03_learned")["rows_test"]
+    assert reached / 81 == pytest.approx(40 / 81) and "[40 / 81]" in source_cells("03_learned")["fraction_test"]
 
 
 def test_offset_rows_are_the_rows_that_receive_a_gradient():

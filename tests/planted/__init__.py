@@ -178,8 +178,8 @@ class LearnedPositions(nn.Module):
         rows = self.weight[torch.arange(x.shape[1])]  # IndexError beyond max_len
         return x + rows
 """,
-        "bert_answer": "bert_position_parameters = 2 * 512 * 768",
-        "gradient_answer": "rows_without_gradient = 64\nfraction_reaching_row_48 = 17 / 64",
+        "extend_answer": 'extend_plan = "A"',
+        "gradient_answer": "rows_without_gradient = 60\nfraction_reaching_row_60 = 41 / 81",
         "offset_answer": "offset_rows = [0, 99, 412]",
     },
     "04_relative": {
