@@ -18,13 +18,15 @@ import graded_items
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
 LEAD = "It grades:"
 HEADER = ["| exercise | points |", "| --- | --- |"]
+# The table with each item's kind (prediction, diagnosis, ..., recall) as a column of its own.
+KIND_HEADER = ["| exercise | kind | points |", "| --- | --- | --- |"]
 
 
 def table_after(text: str, lead: str) -> list[str]:
     """The rows of the Markdown table that starts on the line after the blank line after ``lead``."""
     assert text.count(lead) == 1, f"{lead!r} must appear exactly once"
     lines = text.split(lead, 1)[1].splitlines()  # the rest of the lead's line, a blank line, the table
-    assert lines[:2] == ["", ""] and lines[2:4] == HEADER, lines[:4]
+    assert lines[:2] == ["", ""] and lines[2:4] in (HEADER, KIND_HEADER), lines[:4]
     rows = []
     for line in lines[4:]:
         if not line.startswith("|"):
@@ -36,8 +38,9 @@ def table_after(text: str, lead: str) -> list[str]:
 def notebook_table(assignment: str) -> list[str]:
     intro = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells[0]
     lines = intro.source.splitlines()
-    start = lines.index(HEADER[0])
-    assert lines[start + 1] == HEADER[1]
+    header = KIND_HEADER if KIND_HEADER[0] in lines else HEADER
+    start = lines.index(header[0])
+    assert lines[start + 1] == header[1]
     return [line for line in lines[start + 2 :] if line.startswith("|")]
 
 
