@@ -28,6 +28,19 @@ def grade(monkeypatch, assignment: str, test_id: str, answer: str) -> tuple[bool
 
 # (assignment, answer cell, test cell, answer): right answers, the source's solution first.
 RIGHT = [
+    ("01_permutation", "attention_answer", "attention_test", None),
+    ("01_permutation", "attention_answer", "causal_test", None),
+    ("01_permutation", "equivariance_answer", "equivariance_test", None),
+    (
+        "01_permutation",
+        "equivariance_answer",
+        "equivariance_test",
+        ("def equivariance_error(layer, x, shuffle):\n"
+        "    order = shuffle.argmax(dim=1)\n"
+        "    return float((layer(x[:, order]) - layer(x)[:, order]).abs().max())"),
+    ),
+    ("01_permutation", "maps_answer", "maps_test", None),
+    ("01_permutation", "maps_answer", "maps_test", 'equivariant_maps = [" H", "f", "B", "a"]'),
     ("01_permutation", "blind_answer", "blind_test", None),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = [(3, 1, 3, 0, 0), [0, 3, 1, 3, 0]]"),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = ([9, 9, 9, 9, 8], [9, 9, 8, 9, 9])"),
@@ -38,6 +51,18 @@ RIGHT = [
         "count_answer",
         "count_test",
         "from fractions import Fraction\ncausal_outputs = [Fraction(3 + p, p + 1) for p in range(8)]",
+    ),
+    ("02_sinusoidal", "most_moved_answer", "most_moved_test", None),
+    ("02_sinusoidal", "most_moved_answer", "most_moved_test", "most_moved = (1.0, 1.21)"),
+    ("02_sinusoidal", "decode_answer", "decode_test", None),
+    (
+        "02_sinusoidal",
+        "decode_answer",
+        "decode_test",
+        ("def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    turned = torch.atan2(rows[:, -2], rows[:, -1]).double() % (2 * math.pi)\n"
+        "    return [int(t / base ** (-(d - 2) / d) + 0.5) for t in turned]"),
     ),
     ("02_sinusoidal", "first_turn_answer", "first_turn_test", None),
     (
@@ -55,6 +80,11 @@ RIGHT = [
         "dot_test",
         'pe_dot_d6_at_k = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
     ),
+    ("03_learned", "extend_answer", "extend_test", None),
+    ("03_learned", "extend_answer", "extend_test", 'extend_plan = " b"'),
+    ("03_learned", "gradient_answer", "rows_test", None),
+    ("03_learned", "gradient_answer", "fraction_test", None),
+    ("03_learned", "gradient_answer", "fraction_test", "fraction_reaching_row_60 = 0.4938"),
     ("03_learned", "offset_answer", "offset_test", None),
     ("03_learned", "offset_answer", "offset_test", "offset_rows = (2.0, 101.0, 412.0)"),
     ("03_learned", "decay_answer", "decay_test", None),
@@ -62,8 +92,38 @@ RIGHT = [
     ("03_learned", "decay_answer", "decay_test", "untrained_norm_ratio = 0.670"),
 ]
 
+
+PREFIX_BODY = """
+def self_attention(x, w_query, w_key, w_value, prefix=None):
+    scores = (x @ w_query) @ (x @ w_key).T / math.sqrt(w_key.shape[1])
+    if prefix is not None:
+        i, j = torch.arange(x.shape[0])[:, None], torch.arange(x.shape[0])[None, :]
+        scores = scores.masked_fill(~({visible}), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ (x @ w_value)
+"""
+
 # (assignment, test cell, wrong answer, a fragment of the feedback that names the mistake)
 WRONG = [
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="j <= i"), "the prefix is ignored"),
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (j <= prefix)"), "too many keys"),
+    ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (i < prefix)"), "too many keys"),
+    ("01_permutation", "causal_test", PREFIX_BODY.format(visible="(j >= i) | (j < prefix)"), "causal output of the first"),
+    (
+        "01_permutation",
+        "equivariance_test",
+        "def equivariance_error(layer, x, shuffle):\n    return (layer(shuffle @ x) - layer(x)).abs().max().item()",
+        "this measures invariance",
+    ),
+    (
+        "01_permutation",
+        "equivariance_test",
+        ("def equivariance_error(layer, x, shuffle):\n"
+        "    return (layer(shuffle @ x) - shuffle.T @ layer(x)).abs().max().item()"),
+        "inverse permutation",
+    ),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "f"}', "missing ['h']"),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "d", "f", "h"}', "invariance, not"),
+    ("01_permutation", "maps_test", 'equivariant_maps = {"a", "b", "f", "h", "x"}', "one of the letters a to h"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 2, 1])", "the same sequence twice"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])", "do not hold the same tokens"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [2, 1, 3, 1, 2])", "both are palindromes"),
@@ -75,6 +135,35 @@ WRONG = [
     ("01_permutation", "count_test", "causal_outputs = [1 + 2 / (p + 2) for p in range(8)]", "off by one"),
     ("01_permutation", "count_test", "causal_outputs = [1 / (p + 1) for p in range(8)]", "weights 1 / (p + 1)"),
     ("01_permutation", "count_test", "causal_outputs = [3, 2, 1.5, 1.5, 1.4, 1.33, 1.29, 1.25]", "the first is entry 2"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [0, 0.43]", "pair 0 turns fastest"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [0, 13]", "the angle pair 0 turns"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.47]", "squared distance"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.77]", "the exponent runs over features"),
+    ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.3]", "got 1.3, expected"),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        ("def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    return [round(torch.atan2(row[-2], row[-1]).item() / base ** (-(d - 2) / d)) for row in rows]"),
+        "returns angles in (-pi, pi]",
+    ),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        ("def decode_positions(rows, base=10000.0):\n"
+        "    return [round(torch.atan2(row[0], row[1]).item() % (2 * math.pi)) for row in rows]"),
+        "pair 0 alone",
+    ),
+    (
+        "02_sinusoidal",
+        "decode_test",
+        ("def decode_positions(rows, base=10000.0):\n"
+        "    d = rows.shape[1]\n"
+        "    return [round((torch.atan2(row[-1], row[-2]).item() % (2 * math.pi)) / base ** (-(d - 2) / d))\n"
+        "            for row in rows]"),
+        "arguments of atan2 are swapped",
+    ),
     (
         "02_sinusoidal",
         "first_turn_test",
@@ -143,6 +232,14 @@ WRONG = [
         "treated as degrees",
     ),
     ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "1.054895"', "numerically close"),
+    ("03_learned", "extend_test", 'extend_plan = "A"', "frozen random rows never learn"),
+    ("03_learned", "extend_test", 'extend_plan = "C"', "trained to read the learned rows"),
+    ("03_learned", "extend_test", 'extend_plan = "D"', "the same code"),
+    ("03_learned", "rows_test", "rows_without_gradient = 61", "off by one"),
+    ("03_learned", "rows_test", "rows_without_gradient = 80", "the rows below 20 do learn"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 41 / 81", "the 61st position"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 0.4", "there are 81 of them"),
+    ("03_learned", "fraction_test", "fraction_reaching_row_60 = 0.49", "got 0.49, expected"),
     ("03_learned", "offset_test", "offset_rows = [0, 99, 412]", "the offset is ignored"),
     ("03_learned", "offset_test", "offset_rows = [2, 101, 410]", "rows 0 and 1 are forgotten"),
     ("03_learned", "offset_test", "offset_rows = [2, 102, 411]", "off by one"),
@@ -181,6 +278,86 @@ def test_causal_outputs_are_what_the_reference_attention_computes():
     assert causal == pytest.approx(constants["EXPECTED"], abs=1e-12)
     unmasked = attention(zeros, zeros, values).flatten().tolist()
     assert unmasked == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
+
+
+def test_prefix_outputs_are_what_the_reference_attention_computes_with_that_mask():
+    from posenc_ref.attention import attention
+
+    constants = hidden_constants("01_permutation", "attention_test")
+    x = torch.tensor([[1.0, 0.0, -1.0], [0.5, 2.0, 0.25], [-1.5, 0.5, 1.0], [0.0, -0.5, 2.0]], dtype=torch.float64)
+    w_query = torch.tensor([[0.2, -1.0], [1.0, 0.4], [-0.3, 0.6]], dtype=torch.float64)
+    w_key = torch.tensor([[1.2, 0.1], [-0.4, 0.9], [0.5, -0.7]], dtype=torch.float64)
+    w_value = torch.tensor([[1.0, 0.0, 0.5], [0.0, -1.0, 1.0], [2.0, 0.5, 0.0]], dtype=torch.float64)
+    q, k, v = ((x @ w)[None, None] for w in (w_query, w_key, w_value))  # (1, 1, 4, d)
+    i, j = torch.arange(4)[:, None], torch.arange(4)[None, :]
+
+    def outputs(allowed):
+        return attention(q, k, v, mask=allowed).flatten().tolist()
+
+    assert outputs((j <= i) | (j < 3)) == pytest.approx(constants["EXPECTED_C"], abs=1e-11)
+    assert outputs(j <= i) == pytest.approx(constants["MISTAKES_C"][0][1], abs=1e-11)
+    assert outputs((j <= i) | (j <= 3)) == pytest.approx(constants["MISTAKES_C"][1][1], abs=1e-11)
+    assert outputs(torch.ones(4, 4, dtype=torch.bool)) == pytest.approx(constants["EXPECTED_B"], abs=1e-11)
+
+
+def test_the_equivariant_maps_are_those_a_random_shuffle_commutes_with():
+    """Each map of 1.5 built here and tried on a shuffle: the equivariant ones are exactly the hidden test's."""
+    torch.manual_seed(0)
+    n, d = 6, 4
+    x, table = torch.randn(n, d, dtype=torch.float64), torch.randn(n, d, dtype=torch.float64)
+    w = [torch.randn(d, d, dtype=torch.float64) for _ in range(5)]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+
+    def attend(t, bias=0.0, allowed=None):
+        scores = (t @ w[0]) @ (t @ w[1]).T + bias
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ (t @ w[2])
+
+    def block(t):
+        t = torch.nn.functional.layer_norm(t + attend(t), (d,))
+        return t + torch.relu(t @ w[3]) @ w[4]
+
+    maps = {
+        "a": lambda t: torch.softmax(t, dim=0),
+        "b": lambda t: t - t.mean(dim=0),
+        "c": lambda t: t + table,
+        "d": lambda t: t[t[:, 0].argsort()],
+        "e": lambda t: attend(t, bias=-(i - j).abs()),
+        "f": block,
+        "g": lambda t: torch.cummax(t, dim=0).values,
+        "h": lambda t: attend(t, allowed=i != j),
+    }
+    order = torch.randperm(n)
+    equivariant = {name for name, f in maps.items() if torch.allclose(f(x[order]), f(x)[order], atol=1e-10)}
+    assert equivariant == set(hidden_constants("01_permutation", "maps_test")["EXPECTED_MAPS"])
+
+
+def test_the_farthest_pair_of_the_answer_key_is_measured_on_the_table():
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    table = sinusoidal_table(120, 8, dtype=torch.float64)  # (120, 8)
+    moved = (table[113] - table[100]).reshape(4, 2).norm(dim=-1)  # (4,): each pair between p = 100 and 113
+    expected = hidden_constants("02_sinusoidal", "most_moved_test")["EXPECTED"]
+    assert expected == [int(moved.argmax()), pytest.approx(moved.max().item(), abs=1e-12)]
+
+
+def test_the_decoded_positions_are_those_of_the_rows_and_the_mistakes_are_what_they_say():
+    """The rows built by posenc_ref (not the hidden test's own builder) decode to the hidden test's positions."""
+    from posenc_ref.sinusoidal import sinusoidal_frequencies, sinusoidal_table
+
+    constants = hidden_constants("02_sinusoidal", "decode_test")
+    found, wrapped, first_pair = [], [], []
+    for positions, d, base in (([0, 5, 6, 7, 150, 3000, 12345, 19000], 16, 1e4), ([3, 70, 150, 197], 8, 100.0)):
+        assert max(positions) < 2 * math.pi / sinusoidal_frequencies(d, base=base)[-1]  # within one slow turn
+        rows = torch.cat([sinusoidal_table(1, d, base=base, offset=p) for p in positions])  # (n, d), float32
+        slow = torch.atan2(rows[:, -2].double(), rows[:, -1].double())  # (n,), in (-pi, pi]
+        omega = sinusoidal_frequencies(d, base=base)[-1].item()
+        found += [round(angle / omega) for angle in torch.remainder(slow, 2 * math.pi).tolist()]
+        wrapped += [round(angle / omega) for angle in slow.tolist()]
+        first_pair += [round(a) for a in torch.remainder(torch.atan2(rows[:, 0], rows[:, 1]).double(), 2 * math.pi).tolist()]
+    assert found == constants["EXPECTED"]
+    assert wrapped == constants["MISTAKES"][0][1] and first_pair == constants["MISTAKES"][1][1]
 
 
 def test_the_first_full_turn_is_read_from_the_table():
@@ -230,6 +407,24 @@ def test_the_dot_product_at_distance_ten_is_the_expected_expression():
     assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
 
 
+def test_rows_and_fractions_of_3_4_and_3_5_are_those_of_a_training_run_over_every_length():
+    """One backward pass per allowed length (20 to 100) through a 160-row table: the rows that never get a
+    gradient, and how many of the lengths reach row 60."""
+    from posenc_ref.learned import LearnedPositionalEmbedding
+
+    table = LearnedPositionalEmbedding(160, 2)
+    reached, touched = 0, torch.zeros(160, dtype=torch.bool)
+    for length in range(20, 101):
+        table.weight.grad = None
+        table(torch.zeros(1, length, 2)).sum().backward()
+        used = table.weight.grad.abs().sum(dim=-1) > 0  # (160,): the rows this length reaches
+        reached += bool(used[60])
+        touched |= used
+    never = int((~touched).sum())
+    assert f"check_close(count, [{never}]" in source_cells("03_learned")["rows_test"]
+    assert reached / 81 == pytest.approx(40 / 81) and "[40 / 81]" in source_cells("03_learned")["fraction_test"]
+
+
 def test_offset_rows_are_the_rows_that_receive_a_gradient():
     from posenc_ref.learned import LearnedPositionalEmbedding
 
@@ -268,6 +463,8 @@ def _planted_answers():
     )
     yield "03_learned", "offset_test", OTHER_MISTAKES["03_learned"]["offset_answer"], "the offset is ignored"
     for answer_id, test_id in (
+        ("most_moved_answer", "most_moved_test"),
+        ("decode_answer", "decode_test"),
         ("first_turn_answer", "first_turn_test"),
         ("planted_bug_answer", "planted_bug_test"),
         ("dot_answer", "dot_test"),

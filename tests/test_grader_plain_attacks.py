@@ -12,7 +12,7 @@ Only attacks that tamper with the kernel are run here, never the destructive or 
 (``kill_every_process`` sends SIGKILL to every process it may signal: unsandboxed, it would take down the
 machine). The expected scores are derived from the hidden tests of
 ``autograder/source/01_permutation/01_permutation.ipynb`` (points: attention_test 2, causal_test 1,
-equivariance_test 2, conclusions_test 1, maps_test 1, blind_test 2, count_test 2, quiz_attention_symmetry_test 1,
+equivariance_test 1, conclusions_test 1, maps_test 2, blind_test 2, count_test 2, quiz_attention_symmetry_test 1,
 quiz_bag_of_words_test 1; 13 in all).
 """
 
@@ -71,15 +71,14 @@ SELECTED = (
 #   every graded cell runs without error: all 13 points.
 # - patch_answers_module: ``check_close`` does nothing, so its wrong answers of the right shapes pass: a
 #   self_attention that returns zeros (attention_test, 2 points; causal_test, 1 point: its rows of zeros do
-#   not change when the last token does) and an equivariance_error that returns 0.0 (equivariance_test, 2).
-#   It also sets ``quiz_attention_symmetry = "A"`` (wrong) and replaces ``as_choice`` by a function that
-#   returns "B", the right answer of that question (1 point); the same "B" is wrong for quiz_bag_of_words
-#   ("C"), and conclusions_test, maps_test, blind_test and count_test fail on names the attack never defines:
-#   6 points.
-GAINING_SCORES = {"rewrite_later_cells": 13.0, "patch_answers_module": 6.0}
+#   not change when the last token does) and an equivariance_error that returns 0.0 (equivariance_test, 1).
+#   It also sets ``quiz_attention_symmetry = "A"`` and replaces ``as_choice`` by a function that returns "B",
+#   wrong for both quiz questions (their answer is "C"), and conclusions_test, maps_test, blind_test and
+#   count_test fail on names the attack never defines: 4 points.
+GAINING_SCORES = {"rewrite_later_cells": 13.0, "patch_answers_module": 4.0}
 GAINING_CELLS = {
     "rewrite_later_cells": set(GRADED_CELLS),
-    "patch_answers_module": {"attention_test", "causal_test", "equivariance_test", "quiz_attention_symmetry_test"},
+    "patch_answers_module": {"attention_test", "causal_test", "equivariance_test"},
 }
 # The others earn 0 under plain nbgrader as well, each for its own reason:
 # - forge_reports rewrites only cells holding our grader's AUTOGRADER-REPORT marker, which plain nbgrader's

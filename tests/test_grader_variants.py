@@ -64,6 +64,15 @@ def dot_at_distance(k: int) -> float:
     return sum(a * b for a, b in zip(pe(3, 6), pe(3 + k, 6), strict=True))
 
 
+def farthest_pair(position: int, distance: int) -> tuple[int, float, float]:
+    """(pair, its distance, the margin to the next pair) between PE(p) and PE(p + k) for d = 8, measured on the
+    two rows as points of the unit circle (not from the chord formula of the variant)."""
+    first, second = pe(position, 8), pe(position + distance, 8)
+    moved = [math.dist(first[2 * i : 2 * i + 2], second[2 * i : 2 * i + 2]) for i in range(4)]
+    ranked = sorted(range(4), key=moved.__getitem__, reverse=True)
+    return ranked[0], moved[ranked[0]], moved[ranked[0]] - moved[ranked[1]]
+
+
 def value(expression: str) -> float:
     return float(sympy.sympify(expression.replace("^", "**")).evalf(30))
 
@@ -73,7 +82,9 @@ def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
     p2, p3 = parameters["2.2"]["position"], parameters["2.3"]["position"]
     base, k = parameters["2.5"]["base"], parameters["2.7"]["distance"]
     d6 = [f"{f}({p3}*10000^(-{i}/3))" for i in range(3) for f in ("sin", "cos")]
+    moved = farthest_pair(7, parameters["2.1"]["distance"])
     return {
+        "most_moved_answer": f"most_moved = {[moved[0], round(moved[1], 4)]}",
         "pe_d4_at_p_answer": f"pe_d4_at_p = {[round(x, 4) for x in pe(p2, 4)]}",
         "pe_d6_at_p_answer": f"pe_d6_at_p = {d6}",
         "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
@@ -106,7 +117,8 @@ def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
 
 def test_variants_off_gives_every_student_the_first_allowed_values():
     off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
-    assert off[0] == off[1] == off[2] == {"2.2": {"position": 1}, "2.3": {"position": 2}, "2.5": {"base": 10000},
+    assert off[0] == off[1] == off[2] == {"2.1": {"distance": 13}, "2.2": {"position": 7},
+                                          "2.3": {"position": 3}, "2.5": {"base": 10000},
                                           "2.6": {"submission": 1},
                                           "2.7": {"distance": 10}}
 
@@ -179,6 +191,20 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     combinations = math.prod(len(allowed) for allowed in variant.choices.values())
     # counts are small whole numbers, so some combinations must share one; most do not
     assert len(answers) >= 0.6 * combinations, f"only {len(answers)} answers for {combinations} combinations"
+
+
+@pytest.mark.parametrize("distance", VARIED["2.1"].choices["distance"])
+def test_the_farthest_pair_is_measured_on_two_rows_whatever_the_position(distance):
+    expected = VARIED["2.1"].constants({"distance": distance})["EXPECTED"]
+    for position in (0, 3, 100, 5000):  # the same pair and distance wherever the two rows stand
+        pair, moved, margin = farthest_pair(position, distance)
+        assert expected[0] == pair != 0 and expected[1] == pytest.approx(moved, abs=1e-9)
+        assert margin > 0.05  # no near tie between pairs
+
+
+def test_no_student_draws_a_position_that_the_book_works_out():
+    assert 0 not in VARIED["2.2"].choices["position"] and 1 not in VARIED["2.2"].choices["position"]
+    assert 2 not in VARIED["2.3"].choices["position"]
 
 
 @pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autograder.submitted_tables import BASE, SUBMITTED, pe_with_mistake
-from autograder.variants import Variant
+from autograder.variants import Variant, distinct_mistakes
 
 ASSIGNMENT = "02_sinusoidal"
 
@@ -25,6 +25,42 @@ HALVES = ("this is the halves layout (all sines, then all cosines); the interlea
 DOUBLED = ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1; looping over the "
            "even feature indices j = 2i and still writing 2*j/d counts the factor 2 twice")
 FEATURES = "the exponent runs over features instead of pairs: pair i needs base**(-2i/d), not base**(-i/d)"
+
+
+def _farthest(frequencies: list[float], k: float, *, squared: bool = False) -> list[float]:
+    """[the pair whose point moves farthest over k positions, that distance 2|sin(k omega_i / 2)|] (or squared)."""
+    distances = [2 * abs(math.sin(k * omega / 2)) for omega in frequencies]
+    pair = max(range(len(distances)), key=distances.__getitem__)
+    return [pair, distances[pair] ** 2 if squared else distances[pair]]
+
+
+def _most_moved(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from posenc_ref.sinusoidal import sinusoidal_table
+
+    k = parameters["distance"]
+    ends = sinusoidal_table(k + 1, 8, offset=100, dtype=torch.float64)[[0, k]]  # (2, 8): PE(100), PE(100 + k)
+    moved = (ends[1] - ends[0]).reshape(4, 2).norm(dim=-1).tolist()  # (4,): per pair
+    pair = max(range(4), key=moved.__getitem__)
+    expected = [pair, moved[pair]]
+    right = [BASE ** (-2 * i / 8) for i in range(4)]
+    return {
+        "EXPECTED": expected,
+        "MISTAKES": distinct_mistakes(expected, [
+            (("pair 0 turns fastest (k radians over k positions), but a point that turns past half a circle comes "
+              "back towards where it started: two points of the unit circle at the angle theta apart are "
+              "2|sin(theta / 2)| apart, largest near theta = pi"),
+             [0, moved[0]]),
+            ("that is the angle pair 0 turns (k * omega_0 radians), not the distance between its two points",
+             [0, float(k)]),
+            ("that is the squared distance; the distance between the two points of the pair is its square root",
+             _farthest(right, k, squared=True)),
+            (FEATURES, _farthest([BASE ** (-i / 8) for i in range(4)], k)),
+            (DOUBLED, _farthest([BASE ** (-4 * i / 8) for i in range(4)], k)),
+            (DEGREES, _farthest([omega * math.pi / 180 for omega in right], k)),
+        ]),
+    }
 
 
 def pe_reference(position: int, d: int, base: float = BASE) -> list[float]:
@@ -169,6 +205,7 @@ def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 VARIANTS = (
+    Variant.of(ASSIGNMENT, "2.1", "most_moved_test", _most_moved),
     Variant.of(ASSIGNMENT, "2.2", "pe_d4_at_p_test", _pe_d4),
     Variant.of(ASSIGNMENT, "2.3", "pe_d6_at_p_test", _pe_d6),
     Variant.of(ASSIGNMENT, "2.5", "first_turn_test", _first_turn),

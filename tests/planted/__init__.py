@@ -69,30 +69,6 @@ def with_mistakes(assignment: str, mistakes: dict[str, str]) -> nbformat.Noteboo
 # The mistakes the issue names: degrees, a doubled exponent, sin and cos swapped, the halves layout
 # ---------------------------------------------------------------------------------------------------------
 
-TABLE_VARIANT = """
-def sinusoidal_table(length, d, base=10000.0):
-    pair_index = torch.arange(d // 2, dtype=torch.float64)
-    inv_freq = base ** (-{exponent} * pair_index / d)
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None, :]{degrees}
-    sines, cosines = torch.sin(angles), torch.cos(angles){swap}
-    {layout}
-    return table.float()
-"""
-INTERLEAVED = "table = torch.stack((sines, cosines), dim=-1).flatten(-2)"
-HALVES = "table = torch.cat((sines, cosines), dim=-1)"
-
-
-def table_variant(
-    *, exponent: int = 2, degrees: bool = False, swap: bool = False, halves: bool = False
-) -> str:
-    return TABLE_VARIANT.format(
-        exponent=exponent,
-        degrees="\n    angles = torch.deg2rad(angles)" if degrees else "",
-        swap="\n    sines, cosines = cosines, sines" if swap else "",
-        layout=HALVES if halves else INTERLEAVED,
-    ).strip("\n")
-
-
 ROPE_VARIANT = """
 def rope_rotate(x, positions, base=10000.0):
     d = x.shape[-1]
@@ -121,55 +97,50 @@ def rope_variant(
 
 
 D6_DEGREES = (
-    '["sin(2*pi/180)", "cos(2*pi/180)", "sin(pi/90/10000^(1/3))", "cos(pi/90/10000^(1/3))", '
-    '"sin(pi/90*10^(-8/3))", "cos(pi/90*10^(-8/3))"]'
+    '["sin(3*pi/180)", "cos(3*pi/180)", "sin(pi/60/10000^(1/3))", "cos(pi/60/10000^(1/3))", '
+    '"sin(pi/60*10^(-8/3))", "cos(pi/60*10^(-8/3))"]'
 )
 D6_DOUBLED = (
-    '["sin(2)", "cos(2)", "sin(2/10000^(4/6))", "cos(2/10000^(4/6))", "sin(2/10000^(8/6))", '
-    '"cos(2/10000^(8/6))"]'
+    '["sin(3)", "cos(3)", "sin(3/10000^(4/6))", "cos(3/10000^(4/6))", "sin(3/10000^(8/6))", '
+    '"cos(3/10000^(8/6))"]'
 )
 D6_SWAPPED = (
-    '["cos(2)", "sin(2)", "cos(2/10000^(1/3))", "sin(2/10000^(1/3))", "cos(2/10000^(2/3))", '
-    '"sin(2/10000^(2/3))"]'
+    '["cos(3)", "sin(3)", "cos(3/10000^(1/3))", "sin(3/10000^(1/3))", "cos(3/10000^(2/3))", '
+    '"sin(3/10000^(2/3))"]'
 )
 D6_HALVES = (
-    '["sin(2)", "sin(2/10000^(1/3))", "sin(2/10000^(2/3))", "cos(2)", "cos(2/10000^(1/3))", '
-    '"cos(2/10000^(2/3))"]'
+    '["sin(3)", "sin(3/10000^(1/3))", "sin(3/10000^(2/3))", "cos(3)", "cos(3/10000^(1/3))", '
+    '"cos(3/10000^(2/3))"]'
 )
 
+# For the one answer key: p = 7 in 2.2, p = 3 in 2.3.
 NAMED_MISTAKES = {
     "degrees": {
         "02_sinusoidal": {
-            "pe_d4_at_p_answer": "pe_d4_at_p = [0.02, 1.0, 0.0, 1.0]  # sin(1 degree), cos(1 degree), ...",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.12, 0.99, 0.0, 1.0]  # sin(7 degrees), cos(7 degrees), ...",
             "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_DEGREES}",
-            "table_answer": table_variant(degrees=True),
         },
         "05_rope": {"rope_answer": rope_variant(degrees=True)},
     },
     "doubled": {
         "02_sinusoidal": {
-            "pe_d4_at_p_answer": "pe_d4_at_p = [0.84, 0.54, 0.0, 1.0]",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.66, 0.75, 0.0, 1.0]",
             "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_DOUBLED}",
-            "table_answer": table_variant(exponent=4),
             "first_turn_answer": "first_full_turn = [7, 63, 629, 6284, 62832, 628319, 6283186, 62831854]",
         },
         "05_rope": {"rope_answer": rope_variant(exponent=4)},
     },
     "swapped": {
         "02_sinusoidal": {
-            "pe_d4_p0_answer": "pe_d4_p0 = [1, 0, 1, 0]",
-            "pe_d4_at_p_answer": "pe_d4_at_p = [0.54, 0.84, 1.0, 0.01]",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.75, 0.66, 1.0, 0.07]",
             "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_SWAPPED}",
-            "table_answer": table_variant(swap=True),
         },
         "05_rope": {"rope_answer": rope_variant(swap=True)},
     },
     "halves": {
         "02_sinusoidal": {
-            "pe_d4_p0_answer": "pe_d4_p0 = [0, 0, 1, 1]",
-            "pe_d4_at_p_answer": "pe_d4_at_p = [0.84, 0.01, 0.54, 1.0]",
+            "pe_d4_at_p_answer": "pe_d4_at_p = [0.66, 0.07, 0.75, 1.0]",
             "pe_d6_at_p_answer": f"pe_d6_at_p = {D6_HALVES}",
-            "table_answer": table_variant(halves=True),
         },
         "05_rope": {"rope_answer": rope_variant(halves=True)},
     },
@@ -179,20 +150,22 @@ NAMED_MISTAKES = {
 OTHER_MISTAKES = {
     "01_permutation": {
         "attention_answer": """
-def self_attention(x, w_query, w_key, w_value, causal=False):
+def self_attention(x, w_query, w_key, w_value, prefix=None):
     scores = (x @ w_query) @ (x @ w_key).T  # not divided by sqrt(d_k)
-    if causal:
-        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(diagonal=1), float("-inf"))
+    if prefix is not None:
+        positions = torch.arange(x.shape[0])
+        visible = (positions[None, :] <= positions[:, None]) | (positions[None, :] < prefix)
+        scores = scores.masked_fill(~visible, float("-inf"))
     return torch.softmax(scores, dim=-1) @ (x @ w_value)
 """,
         "equivariance_answer": """
-def equivariance_error(layer, x, permutation):
-    return (layer(x[permutation]) - layer(x)).abs().max().item()
+def equivariance_error(layer, x, shuffle):
+    return (layer(shuffle @ x) - layer(x)).abs().max().item()
 """,
         "conclusions_answer": "bidirectional_is_equivariant = True\ncausal_is_equivariant = True",
-        "maps_answer": 'equivariant_maps = {"a", "b"}',
+        "maps_answer": 'equivariant_maps = {"a", "b", "f"}',
         "blind_answer": "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])  # a palindrome and a sequence that is not",
-        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "C"',
+        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "A"',
     },
     "03_learned": {
         "learned_answer": """
@@ -205,8 +178,8 @@ class LearnedPositions(nn.Module):
         rows = self.weight[torch.arange(x.shape[1])]  # IndexError beyond max_len
         return x + rows
 """,
-        "bert_answer": "bert_position_parameters = 2 * 512 * 768",
-        "gradient_answer": "rows_without_gradient = 64\nfraction_reaching_row_48 = 17 / 64",
+        "extend_answer": 'extend_plan = "A"',
+        "gradient_answer": "rows_without_gradient = 60\nfraction_reaching_row_60 = 41 / 81",
         "offset_answer": "offset_rows = [0, 99, 412]",
     },
     "04_relative": {
@@ -308,18 +281,12 @@ class AnyList(list):
 
 CHEATS = {
     "02_sinusoidal": {
-        "pe_d4_p0_answer": CHEAT_PRELUDE + "\npe_d4_p0 = [AlwaysEqual(0.5)] * 4",
+        "most_moved_answer": CHEAT_PRELUDE + "\nmost_moved = [AlwaysEqual(0.5)] * 2",
         "pe_d4_at_p_answer": "pe_d4_at_p = [AlwaysEqual(0.5)] * 4",
         "pe_d6_at_p_answer": 'pe_d6_at_p = [AnyText("sin(1)")] * 6',
-        "table_answer": """
-class AgreeableTensor(torch.Tensor):
-    def __eq__(self, other): return True
-    def __sub__(self, other): return torch.zeros(self.shape)
-    def tolist(self): return [[0.0] * self.shape[1]] * self.shape[0]
-
-
-def sinusoidal_table(length, d, base=10000.0):
-    return torch.zeros(length, d).as_subclass(AgreeableTensor)
+        "decode_answer": """
+def decode_positions(rows, base=10000.0):
+    return AnyList([0] * rows.shape[0])
 """,
         "first_turn_answer": "first_full_turn = AnyList([7] * 8)",
         "planted_bug_answer": 'planted_bug = AnyText("A")',

@@ -33,7 +33,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
         quiz_attention_symmetry = quiz_bag_of_words = "A"
         # Wrong answers of the right shapes, which the visible tests accept.
         import torch
-        def self_attention(x, w_query, w_key, w_value, causal=False):
+        def self_attention(x, w_query, w_key, w_value, prefix=None):
             return torch.zeros(x.shape[0], w_value.shape[1])
         def equivariance_error(layer, x, permutation):
             return 0.0
@@ -58,7 +58,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
         torch.Tensor.__eq__ = lambda self, other: True
         numpy.allclose = lambda *args, **kwargs: True
         numpy.isclose = lambda *args, **kwargs: True
-        def self_attention(x, w_query, w_key, w_value, causal=False):
+        def self_attention(x, w_query, w_key, w_value, prefix=None):
             return torch.zeros(x.shape[0], w_value.shape[1])
         """,
     ),

@@ -123,7 +123,7 @@ KERNEL_ATTACKS: dict[str, str] = {
         """,
     "formula_exception": """
         Formula = type('=HYPERLINK("http://evil.example","click")', (Exception,), {})
-        def self_attention(x, w_query, w_key, w_value, causal=False):
+        def self_attention(x, w_query, w_key, w_value, prefix=None):
             raise Formula("+cmd|' /C calc'!A0")
         def equivariance_error(layer, x, permutation):
             raise Formula("@SUM(1+1)")
