@@ -30,7 +30,7 @@ from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_s
 # (autograded points, manually graded points) per assignment.
 POINTS = {
     "01_permutation": (13, 0),
-    "02_sinusoidal": (18, 0),
+    "02_sinusoidal": (16, 0),
     "03_learned": (12, 0),
     "04_relative": (13, 3),
     "05_rope": (13, 3),
