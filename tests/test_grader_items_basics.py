@@ -26,6 +26,64 @@ def grade(monkeypatch, assignment: str, test_id: str, answer: str) -> tuple[bool
     return grade_item(monkeypatch, assignment, test_id, answer, setup=SETUP.get(test_id, ()))
 
 
+# 3.1 and 3.2: an answer written out, with any of its parts replaced (padded_module(positions=...)).
+PADDED_PARTS = {
+    "padding": "",
+    "init": "nn.init.normal_(self.position_embeddings.weight, std=0.02)",
+    "check": ("real = int(attention_mask.sum(dim=-1).max())\n"
+              "        if real > self.max_len:\n"
+              "            raise ValueError(f\"{real} real tokens but max_len is {self.max_len}\")"),
+    "positions": "(attention_mask.cumsum(dim=-1) - 1).clamp(min=0)",
+    "output": "embeddings + self.position_embeddings(position_ids)",
+}
+PADDED_MODULE = """
+class PaddedLearnedPositions(nn.Module):
+    def __init__(self, max_len, d):
+        super().__init__()
+        self.max_len = max_len
+        self.position_embeddings = nn.Embedding(max_len, d{padding})
+        {init}
+
+    def forward(self, embeddings, attention_mask):
+        {check}
+        position_ids = {positions}
+        return {output}
+"""
+
+
+def padded_module(**parts: str) -> str:
+    """The source of a PaddedLearnedPositions whose named parts replace those of :data:`PADDED_PARTS`."""
+    return PADDED_MODULE.format(**{**PADDED_PARTS, **parts})
+
+
+def padded_check(condition: str, message: str = "f\"{real} real tokens but max_len is {self.max_len}\"") -> str:
+    """A length check of forward that raises a ValueError with ``message`` when ``condition`` holds."""
+    return (f"real = int(attention_mask.sum(dim=-1).max())\n        if {condition}:\n"
+            f"            raise ValueError({message})")
+
+
+# A right answer other than the source's: one loop over the sequences, the padded places at row 1 (as older
+# versions of Hugging Face's generate), the rows read from the weight.
+PADDED_BY_LOOP = """
+class PaddedLearnedPositions(nn.Module):
+    def __init__(self, max_len, d):
+        super().__init__()
+        self.position_embeddings = nn.Embedding(max_len, d)
+        with torch.no_grad():
+            self.position_embeddings.weight.normal_(0.0, 0.02)
+
+    def forward(self, embeddings, attention_mask):
+        rows = self.position_embeddings.weight.shape[0]
+        position_ids = torch.ones_like(attention_mask)
+        for b, mask in enumerate(attention_mask.tolist()):
+            real = sum(mask)
+            if real > rows:
+                raise ValueError(f"sequence {b} has {real} real tokens; max_len = {rows}")
+            position_ids[b, len(mask) - real:] = torch.arange(real)
+        return embeddings + self.position_embeddings.weight[position_ids]
+"""
+
+
 # (assignment, answer cell, test cell, answer): right answers, the source's solution first.
 RIGHT = [
     ("01_permutation", "attention_answer", "attention_test", None),
@@ -80,6 +138,12 @@ RIGHT = [
         "dot_test",
         'pe_dot_d6_at_k = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
     ),
+    ("03_learned", "learned_answer", "learned_test", None),
+    ("03_learned", "learned_answer", "learned_test", PADDED_BY_LOOP),
+    ("03_learned", "learned_answer", "learned_test", padded_module()),
+    ("03_learned", "learned_answer", "length_test", None),
+    ("03_learned", "learned_answer", "length_test", PADDED_BY_LOOP),
+    ("03_learned", "learned_answer", "length_test", padded_module()),
     ("03_learned", "extend_answer", "extend_test", None),
     ("03_learned", "extend_answer", "extend_test", 'extend_plan = " b"'),
     ("03_learned", "gradient_answer", "rows_test", None),
@@ -232,6 +296,75 @@ WRONG = [
         "treated as degrees",
     ),
     ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "1.054895"', "numerically close"),
+    (
+        "03_learned",
+        "learned_test",
+        padded_module(positions="torch.arange(attention_mask.shape[1]).expand_as(attention_mask)"),
+        "the mask is ignored",
+    ),
+    ("03_learned", "learned_test", padded_module(positions="attention_mask.cumsum(dim=-1)"), "first real token got row 1"),
+    (
+        "03_learned",
+        "learned_test",
+        padded_module(positions="(attention_mask.cumsum(dim=0) - 1).clamp(min=0)"),
+        "counted down the batch",
+    ),
+    (
+        "03_learned",
+        "learned_test",
+        padded_module(positions="(attention_mask.flip(-1).cumsum(dim=-1).flip(-1) - 1).clamp(min=0)"),
+        "count back from the last token",
+    ),
+    ("03_learned", "learned_test", padded_module(output="self.position_embeddings(position_ids)"), "the rows alone"),
+    ("03_learned", "learned_test", padded_module(padding=", padding_idx=0"), "row 0 receives no gradient"),
+    (
+        "03_learned",
+        "learned_test",
+        padded_module(output="embeddings + self.position_embeddings.weight.detach()[position_ids]"),
+        "no gradient reaches",
+    ),
+    ("03_learned", "learned_test", padded_module(init="pass"), "nn.Embedding's own initialisation"),
+    ("03_learned", "learned_test", padded_module(init="nn.init.normal_(self.position_embeddings.weight, std=0.02**2)"),
+     "std 0.0004"),
+    ("03_learned", "length_test", padded_module(check=padded_check("real >= self.max_len")), "off by one"),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check=padded_check("embeddings.shape[1] > self.max_len")),
+        "a padded place takes no row",
+    ),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check=padded_check("int(attention_mask.sum()) > self.max_len")),
+        "nor the real tokens of all its sequences together",
+    ),
+    ("03_learned", "length_test", padded_module(check="pass"), "raised IndexError"),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check="pass", positions="(attention_mask.cumsum(dim=-1) - 1).clamp(0, self.max_len - 1)"),
+        "must raise a ValueError on 5 real tokens",
+    ),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check=padded_check("int(attention_mask[-1].sum()) > self.max_len")),
+        "11 real tokens for a table of 10 rows raised IndexError",
+    ),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check=padded_check("int(attention_mask[-1].sum()) > self.max_len"),
+                      positions="(attention_mask.cumsum(dim=-1) - 1).clamp(0, self.max_len - 1)"),
+        "raised no error",
+    ),
+    (
+        "03_learned",
+        "length_test",
+        padded_module(check=padded_check("real > self.max_len", '"the sequence is too long for the table"')),
+        "it must name max_len and the number of real tokens",
+    ),
     ("03_learned", "extend_test", 'extend_plan = "A"', "frozen random rows never learn"),
     ("03_learned", "extend_test", 'extend_plan = "C"', "trained to read the learned rows"),
     ("03_learned", "extend_test", 'extend_plan = "D"', "the same code"),
@@ -435,6 +568,49 @@ def test_offset_rows_are_the_rows_that_receive_a_gradient():
     assert [learned[0], learned[-1], 512 - len(learned)] == hidden_constants("03_learned", "offset_test")["EXPECTED"]
 
 
+def test_the_rows_of_3_1_are_those_of_a_loop_over_each_sequence_and_of_gpt2_with_generates_positions():
+    """EXPECTED and each mistake of 3.1, built token by token in a loop over the sequences; EXPECTED again from a
+    GPT-2 table read at the position ids that Hugging Face's generate builds from the mask; the gradient as the
+    count of real tokens at each position."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    constants = hidden_constants("03_learned", "learned_test")
+    mask_rows = [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1]]  # as the hidden test's
+    table = torch.arange(12, dtype=torch.float32).reshape(6, 2) / 8  # W[p, j] = (2p + j) / 8
+    embeddings = 1 + torch.arange(30, dtype=torch.float32).reshape(3, 5, 2) / 4  # as the hidden test's
+    rows_at: dict[str, list[float]] = {name: [] for name in ("right", "start", "one", "batch", "back", "alone")}
+    counts = [0] * 6
+    for b, mask in enumerate(mask_rows):
+        before = 0  # the real tokens before this place in sequence b
+        for s, real in enumerate(mask):
+            if not real:
+                continue
+            after = sum(mask[s + 1:])
+            down = sum(mask_rows[above][s] for above in range(b + 1)) - 1
+            for name, position in (("right", before), ("start", s), ("one", before + 1), ("batch", down),
+                                   ("back", after)):
+                rows_at[name] += (embeddings[b, s] + table[position]).tolist()
+            rows_at["alone"] += table[before].tolist()
+            counts[before] += 1
+            before += 1
+    assert rows_at["right"] == constants["EXPECTED"]
+    assert [wrong for _, wrong in constants["MISTAKES"]] == [
+        rows_at[name] for name in ("start", "one", "batch", "back", "alone")
+    ]
+    assert constants["EXPECTED_GRADIENT"] == [float(count) for count in counts for _ in range(2)]
+
+    config = GPT2Config(n_embd=2, n_layer=1, n_head=1, n_positions=6, vocab_size=8, bos_token_id=0, eos_token_id=0)
+    gpt2 = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        gpt2.transformer.wpe.weight.copy_(table)
+    mask = torch.tensor(mask_rows)
+    position_ids = gpt2._prepare_position_ids_for_generation(torch.zeros_like(mask), {"attention_mask": mask})
+    assert (position_ids[mask == 0] == 0).all()  # the id the prompt gives a padded place, as generate does
+    with torch.no_grad():
+        gpt2_rows = (embeddings + gpt2.transformer.wpe(position_ids))[mask == 1]  # (9, 2)
+    assert gpt2_rows.flatten().tolist() == constants["EXPECTED"]
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_adamw_shrinks_the_untrained_rows_by_the_expected_ratio():
     from posenc_ref.learned import LearnedPositionalEmbedding
@@ -461,6 +637,7 @@ def _planted_answers():
     yield "02_sinusoidal", "first_turn_test", NAMED_MISTAKES["doubled"]["02_sinusoidal"]["first_turn_answer"], (
         "exponent is doubled"
     )
+    yield "03_learned", "length_test", OTHER_MISTAKES["03_learned"]["learned_answer"], "a padded place takes no row"
     yield "03_learned", "offset_test", OTHER_MISTAKES["03_learned"]["offset_answer"], "the offset is ignored"
     for answer_id, test_id in (
         ("most_moved_answer", "most_moved_test"),
@@ -470,6 +647,12 @@ def _planted_answers():
         ("dot_answer", "dot_test"),
     ):
         yield "02_sinusoidal", test_id, CHEAT_PRELUDE + CHEATS["02_sinusoidal"][answer_id], "is an object of type"
+
+
+def test_the_planted_mistake_of_3_2_keeps_the_points_of_3_1(monkeypatch):
+    from planted import OTHER_MISTAKES
+
+    assert grade(monkeypatch, "03_learned", "learned_test", OTHER_MISTAKES["03_learned"]["learned_answer"]) == (True, "")
 
 
 @pytest.mark.parametrize("assignment, test_id, answer, fragment", list(_planted_answers()))

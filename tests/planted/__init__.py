@@ -169,14 +169,18 @@ def equivariance_error(layer, x, shuffle):
     },
     "03_learned": {
         "learned_answer": """
-class LearnedPositions(nn.Module):
+class PaddedLearnedPositions(nn.Module):
     def __init__(self, max_len, d):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
+        self.max_len = max_len
+        self.position_embeddings = nn.Embedding(max_len, d)
+        nn.init.normal_(self.position_embeddings.weight, std=0.02)
 
-    def forward(self, x):
-        rows = self.weight[torch.arange(x.shape[1])]  # IndexError beyond max_len
-        return x + rows
+    def forward(self, embeddings, attention_mask):
+        if embeddings.shape[1] > self.max_len:  # the places of the batch, padding included
+            raise ValueError(f"{embeddings.shape[1]} tokens, but max_len is {self.max_len}")
+        position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+        return embeddings + self.position_embeddings(position_ids)
 """,
         "extend_answer": 'extend_plan = "A"',
         "gradient_answer": "rows_without_gradient = 60\nfraction_reaching_row_60 = 41 / 81",
