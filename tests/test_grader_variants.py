@@ -389,7 +389,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
 CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "fay": "ben"}
 CLASS_ASSIGNMENTS = ASSIGNMENTS
 TOTALS = {"01_permutation": 13, "02_sinusoidal": 18, "03_learned": 12, "04_relative": 13, "05_rope": 13,
-          "06_comparison": 13}  # README's table, autograded points (written answers wait for a hand grade)
+          "06_comparison": 13}  # the students' guide's table, autograded points (hand grades wait)
 
 
 def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[str, str]:
