@@ -4,8 +4,9 @@ The browser tests open every page in Debian's Chromium, driven by Playwright, wi
 to the local test server aborted and recorded, and check that the math is typeset, every image loaded, the
 console stayed free of errors and every solution starts folded. A full-page screenshot of each page goes to
 _build/screenshots/. They skip only where /usr/bin/chromium is missing outside CI; in CI they fail instead.
-The other tests read the built files: no page loads anything from another site, each citation jumps to its
-own chapter's reference list, and each chapter offers its executed notebook for download.
+The other tests read the built files: every page of the table of contents (the introduction, the chapters and the
+guides) is a page of the site, no page loads anything from another site, each citation jumps to its own
+chapter's reference list, and each chapter offers its executed notebook for download.
 """
 
 import functools
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
@@ -126,6 +128,22 @@ def test_page_loads_nothing_from_another_site(page: str | None) -> None:
     scripts_with_addresses = [body.strip()[:120] for body in resources.inline_scripts if "://" in body]
     assert not remote, f"{page} loads from another site: {remote}"
     assert not scripts_with_addresses, f"{page} has inline scripts naming another site: {scripts_with_addresses}"
+
+
+def _toc_pages() -> list[str]:
+    """The site's page of every document of _toc.yml: the introduction, the chapters and the guides."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    documents = [toc["root"]] + [chapter["file"] for part in toc.get("parts", []) for chapter in part["chapters"]]
+    return [f"{document}.html" for document in documents]
+
+
+def test_every_page_of_the_table_of_contents_is_checked_page_by_page() -> None:
+    """The per-page tests here and in test_book_a11y.py take the site's pages: the guides among them."""
+    _require_site()
+    pages = _toc_pages()
+    assert {"book/guide_students.html", "book/guide_instructors.html"} <= set(pages), pages
+    missing = sorted(set(pages) - set(_site_pages()))
+    assert not missing, f"pages of _toc.yml missing from the built site: {missing}"
 
 
 def test_index_redirects_to_the_introduction() -> None:

@@ -1,8 +1,9 @@
 """The book reads its pages from book/ only: a notebook elsewhere in the checkout is never read nor executed.
 
-An instructor who grades into a folder of the checkout (the README's `course/`) leaves there the students'
-autograded notebooks, in the hidden `course/.autograder-records/<student>/<assignment>/`. Were the book to read
-them as pages, `make book` would run the students' code as the instructor, unsandboxed. These tests plant such
+An instructor who grades into a folder of the checkout (the `course/` of the exchange loop in
+book/guide_instructors.md) leaves there the students' autograded notebooks, in the hidden
+`course/.autograder-records/<student>/<assignment>/`. Were the book to read them as pages, `make book` would
+run the students' code as the instructor, unsandboxed. These tests plant such
 notebooks (and other stray sources) in a copy of the book's sources, never in the checkout itself, and ask
 Sphinx, configured as `jupyter-book build` configures it from _config.yml, which documents it finds; then they
 build a small book with execution on and check that no planted notebook ran.
@@ -114,7 +115,7 @@ def test_the_root_of_the_table_of_contents_lies_in_book():
 def test_the_book_finds_exactly_the_pages_of_its_table_of_contents(planted_book):
     toc = yaml.safe_load((planted_book / "_toc.yml").read_text())
     expected = _toc_documents(toc)
-    assert len(expected) == 7  # the introduction and six chapters
+    assert len(expected) == 9  # the introduction, six chapters and the two guides
     assert _found_documents(planted_book, {}) == expected
 
 

@@ -1,7 +1,7 @@
-"""``python -m autograder check NOTEBOOK`` as README's "For students" writes it: its whole output is about the
-notebook, and every line names its item as the notebook does ("2.2", "Quiz 1"), not by nbgrader's cell id. The
-kernel talks to the command over Unix sockets in a private folder, so nothing (no warning about unencrypted TCP,
-no kernel left behind) reaches the student's terminal.
+"""``python -m autograder check NOTEBOOK`` as the students' guide (book/guide_students.md) writes it: its whole
+output is about the notebook, its last line is the one the guide quotes, and every line names its item as the
+notebook does ("2.2", "Quiz 1"), not by nbgrader's cell id. The kernel talks to the command over Unix sockets in a
+private folder, so nothing (no warning about unencrypted TCP, no kernel left behind) reaches the student's terminal.
 
 The names come from the notebook itself (:func:`autograder.progress.item_labels`); here they are compared with
 another place of the same notebook, the items its last cell lists (``print_status("2.1", ...)``)."""
@@ -16,6 +16,16 @@ from planted import ROOT, run_module
 
 from autograder import ASSIGNMENTS, released_notebook
 from autograder.progress import item_labels
+
+GUIDE = ROOT / "book" / "guide_students.md"
+COMMAND = "python -m autograder check notebooks/02_sinusoidal.ipynb"
+LAST_LINE = "0 of 10 visible tests pass (10 not answered yet)"
+
+
+def test_the_students_guide_writes_the_command_and_its_last_line():
+    text = GUIDE.read_text(encoding="utf-8")
+    assert f"```bash\n{COMMAND}\n```" in text
+    assert f"`{LAST_LINE}`" in " ".join(text.split())
 
 
 def _listed_items(notebook: nbformat.NotebookNode) -> list[str]:
@@ -72,7 +82,7 @@ def test_a_cell_with_no_number_above_it_and_no_visible_test_is_named_by_its_id()
 
 @pytest.mark.slow
 def test_check_prints_the_tests_by_their_numbers_and_no_warning_of_the_kernel():
-    completed = run_module("autograder", "check", "notebooks/02_sinusoidal.ipynb", cwd=ROOT, timeout=300)
+    completed = run_module(*COMMAND.split()[2:], cwd=ROOT, timeout=300)
     output = completed.stdout + completed.stderr
     assert completed.returncode == 1, output  # the released notebook has no answers yet
     assert "visible tests pass" in completed.stdout
@@ -83,4 +93,4 @@ def test_check_prints_the_tests_by_their_numbers_and_no_warning_of_the_kernel():
     expected = ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "Quiz 1", "Quiz 2", "Quiz 3"]
     assert named == expected, output
     assert "_test" not in output, output
-    assert "0 of 10 visible tests pass (10 not answered yet)" in lines[-1]
+    assert LAST_LINE in lines[-1]

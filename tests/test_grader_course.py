@@ -1,8 +1,9 @@
 """The course's notebooks as files, how the grader splits their hidden tests, and how submissions are found
 and repaired; no kernel runs here.
 
-The points per assignment are written below by hand: they are the ones announced in the README and in each
-notebook's table, and the tests check that the nbgrader metadata gives the same numbers.
+The points per assignment are written below by hand: they are the ones announced in the students' guide
+(book/guide_students.md) and in each notebook's table, and the tests check that the guide's table and the
+nbgrader metadata give the same numbers.
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ def test_points_per_assignment_are_the_announced_ones(sources, assignment):
     assert table_total and int(table_total.group(1)) == auto + manual
 
 
+def test_the_students_guide_announces_the_points_of_every_notebook():
+    text = (REPOSITORY / "book" / "guide_students.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `notebooks/(\w+)\.ipynb` \| (\d+) \| (\d+) \| (\d+) \|$", text, flags=re.MULTILINE)
+    assert {name: (int(auto), int(manual)) for name, auto, manual, _ in rows} == POINTS
+    assert all(int(total) == int(auto) + int(manual) for _, auto, manual, total in rows), rows
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_cell_carries_nbgrader_metadata_with_unique_ids_and_the_python3_kernel(sources, assignment):
     notebook = sources[assignment]
@@ -116,7 +124,7 @@ def test_every_answer_is_a_solution_region_and_every_written_answer_has_a_mark_s
                 assert meta["grade"] and "**Mark scheme" in cell.source
 
 
-def test_the_twelve_quiz_questions_are_spread_over_the_chapters_with_varied_answers(sources):
+def test_the_quiz_questions_are_spread_over_the_chapters_with_varied_answers(sources):
     quizzes = {
         assignment: [
             nbgrader(cell)["grade_id"]

@@ -1,8 +1,9 @@
-"""The instructor's path after ``grade``, as README's "Grading the written answers" runs it.
+"""The instructor's path after ``grade``, as the instructors' guide (book/guide_instructors.md), section "Grading
+the written answers: the formgrader", runs it.
 
 A class of three (the full solution, the planted mistakes, and a student whose code prints a script and whose
 written answer holds active HTML) is graded with ``python -m autograder grade``; ``python -m autograder
-formgrader --out DIR --no-browser`` is started exactly as README writes it (from the repository's root, the
+formgrader --out DIR --no-browser`` is started exactly as the guide writes it (from the repository's root, the
 virtual environment not active, so ``alembic`` is not on ``PATH``), and Debian's Chromium, driven by
 Playwright with every request that is not to the formgrader aborted, goes through nbgrader's pages: the
 assignments, the submissions waiting for a manual grade, Gradebook -> 04_relative -> a submission, where a
@@ -27,6 +28,7 @@ import csv
 import html
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +49,15 @@ from planted import (
 )
 
 pytestmark = pytest.mark.slow
+
+GUIDE = ROOT / "book" / "guide_instructors.md"
+SECTION = "## Grading the written answers: the formgrader"
+# The guide's commands, which this module runs (grade with --jobs 2 besides; the paths are the test's own).
+GUIDE_COMMANDS = [
+    ".venv/bin/python -m autograder grade submissions/ --out graded/",
+    ".venv/bin/python -m autograder formgrader --out graded/ --no-browser",
+    ".venv/bin/python -m autograder feedback --out graded/",
+]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
@@ -86,6 +97,12 @@ def _class(root: Path) -> Path:
     answers[WRITTEN] = HOSTILE_ANSWER
     write_submission(root, "hostile", ASSIGNMENT, filled(ASSIGNMENT, answers))
     return root
+
+
+def test_the_guide_writes_the_commands_this_module_runs():
+    section = GUIDE.read_text(encoding="utf-8").split(f"\n{SECTION}", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)\n```", section, flags=re.DOTALL)
+    assert [line for block in blocks for line in block.splitlines()] == GUIDE_COMMANDS
 
 
 def _grade(submissions: Path, out: Path, *options: str) -> None:
@@ -219,7 +236,7 @@ def test_the_autograded_notebooks_the_formgrader_shows_hold_no_active_content(gr
     assert "<script" not in text and "onerror" not in text
 
 
-def _readme_environment(home: Path) -> dict[str, str]:
+def _guide_environment(home: Path) -> dict[str, str]:
     """The instructor's shell: the virtual environment not active (its bin is not on PATH), no token set."""
     environment = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "JUPYTER_TOKEN")}
     venv_bin = os.path.abspath(os.path.dirname(sys.executable))
@@ -238,7 +255,7 @@ class Formgrader:
         self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "autograder", "formgrader", "--out", str(out), "--no-browser"],
-            cwd=ROOT, env=_readme_environment(home), stdout=subprocess.PIPE, stderr=self.log, text=True,
+            cwd=ROOT, env=_guide_environment(home), stdout=subprocess.PIPE, stderr=self.log, text=True,
             start_new_session=True,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()

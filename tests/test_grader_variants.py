@@ -415,7 +415,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
 CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "fay": "ben"}
 CLASS_ASSIGNMENTS = ASSIGNMENTS
 TOTALS = {"01_permutation": 13, "02_sinusoidal": 16, "03_learned": 12, "04_relative": 13, "05_rope": 13,
-          "06_comparison": 14}  # the notebooks' tables, autograded points (written answers wait for a hand grade)
+          "06_comparison": 14}  # the notebooks' tables and the students' guide's, autograded points (written answers wait for a hand grade)
 
 
 def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[str, str]:
