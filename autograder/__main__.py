@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "--scheduler",
         metavar="ADDRESS",
         default=None,
-        help="grade on the dask.distributed cluster of this scheduler, e.g. tcp://host:8786 (see README)",
+        help="grade on the dask.distributed cluster of this scheduler, e.g. tcp://host:8786 (see book/guide_instructors.md, 'Grading on a cluster')",
     )
     grade.add_argument(
         "--regrade",
@@ -239,7 +239,7 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
 
         for path in start_course(arguments.out):
             print(f"wrote {path}")
-        print(f"{arguments.out} is an nbgrader course directory; see README, 'For instructors'")
+        print(f"{arguments.out} is an nbgrader course directory; see book/guide_instructors.md, 'Grading a class'")
         return 0
     except ValueError as error:
         print(f"{arguments.command}: {error}", file=sys.stderr)

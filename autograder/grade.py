@@ -131,7 +131,7 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
         found.append(
             f"kernels had no control group ({cgroup}): memory was limited as address space only "
             f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap), processes "
-            f"were {processes}, and no kernel had a CPU share of its own (README: 'Limits that hold')"
+            f"were {processes}, and no kernel had a CPU share of its own (book/guide_instructors.md: 'Grading safely')"
         )
     return found
 
@@ -297,8 +297,8 @@ def grade(
         raise ValueError(
             f"no submission was graded: the sandbox cannot run on this machine ({problem}). Every student's "
             "notebook is read, run and rendered in bubblewrap; install it (Debian: apt-get install bubblewrap) "
-            "and allow user namespaces, or pass --no-sandbox to grade without it (README: 'The grader's threat "
-            "model' says what is then unprotected)"
+            "and allow user namespaces, or pass --no-sandbox to grade without it (book/guide_instructors.md, 'The "
+            "grader's threat model', says what is then unprotected)"
         )
     if not sandbox:
         print(report_text(UNSANDBOXED), file=sys.stderr, flush=True)

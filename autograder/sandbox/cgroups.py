@@ -11,7 +11,7 @@ kernel and every process it starts, whatever their user, session or name:
 
 Where the groups live: under the grader's own group in each hierarchy (``/proc/self/cgroup``), or under
 ``AUTOGRADER_CGROUP``: a cgroup v2 folder delegated to the grader's user, or ``self`` when the grader's own
-group is delegated to it (``systemd-run --scope -p Delegate=yes``, see README); the grader's processes then
+group is delegated to it (``systemd-run --scope -p Delegate=yes``, see book/guide_instructors.md); the grader's processes then
 move into a leaf of it, ``autograder-grader``, since cgroup v2 hands controllers down only from a group that
 holds no process. cgroup v2 is used when its unified hierarchy offers the three controllers, else the v1
 hierarchies ``memory``, ``pids`` and ``cpu``. :func:`problem` says why neither can be used; the grader then
