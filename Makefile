@@ -15,6 +15,9 @@ MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extension
 # The chapters' outputs depend on posenc_ref, but the execution cache is keyed on the cells' code only:
 # a change of this hash clears the cache (and Sphinx's environment, so that every chapter is read again).
 CODE_HASH_FILE := _build/.posenc_ref.hash
+# Chapter 6's live run keeps each trained model here, so that a build stopped midway continues; its folders are
+# named by the settings and posenc_ref's code, and cleared with the cache when posenc_ref changes.
+LIVE_RUNS := _build/live-runs
 CHROMIUM := /usr/bin/chromium
 # axe-core, the accessibility checker that the browser test (tests/test_book_a11y.py) runs on every page;
 # fetched from the npm registry like MathJax, kept out of the site (_build/vendor is served, this is not).
@@ -75,7 +78,7 @@ book: $(INSTALLED) $(MATHJAX)
 	@code_hash=$$(find posenc_ref -name '*.py' | LC_ALL=C sort | xargs sha256sum requirements.txt | sha256sum); \
 	if [ "$$code_hash" != "$$(cat $(CODE_HASH_FILE) 2>/dev/null)" ]; then \
 		echo "posenc_ref or requirements.txt changed: every chapter will be executed again"; \
-		rm -rf _build/.jupyter_cache _build/.doctrees; \
+		rm -rf _build/.jupyter_cache _build/.doctrees $(LIVE_RUNS); \
 		echo "$$code_hash" > $(CODE_HASH_FILE); \
 	fi
 	@# matplotlib builds its font cache on first import and says so on stderr; not inside a chapter.

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -222,7 +223,8 @@ QUICK_SETTINGS = LengthGeneralizationSettings(
 )
 """``--quick``, the live run of the book build: every kind's decoder on who-bites-whom and on associative
 recall (where recency is no shortcut: the pair asked for stands anywhere in the input), three seeds, L = 8,
-lengths up to 24, 32 symbols, up to 4000 steps; about eight minutes on 2 CPU cores with ``jobs=2``. The step
+lengths up to 24, 32 symbols, up to 4000 steps; about eight minutes on 2 idle CPU cores with ``jobs=2`` (the
+book trains it one seed per cell, keeping every finished run in ``_build``: :func:`settings_digest`). The step
 budget is the build's: the committed study (:data:`FULL_SETTINGS`) gives every run 5000, and adds the
 encoders, five seeds and all four tasks; its other settings are these."""
 
@@ -334,6 +336,29 @@ def _train_and_score(job: _Job) -> list[dict[str, Any]]:
 
 def _settings_record(settings: LengthGeneralizationSettings) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(settings)))
+
+
+def settings_digest(settings: LengthGeneralizationSettings, *, code: bool = True) -> str:
+    """A short name for ``settings``: the first 12 hexadecimal digits of the SHA-256 of their record.
+
+    With ``code`` (the default) the digest also covers the source files of ``posenc_ref`` and the versions of
+    Python and torch, which decide what a run computes as much as its settings do. A folder of saved runs
+    named by it (``root / settings_digest(settings)``) is therefore never reused by other settings or other
+    code: resuming from it (:func:`run_length_generalization` with ``resume=True``) continues only runs that
+    these settings and this code would compute again identically. The book's live run keeps its runs so.
+
+    Raises:
+        TypeError: ``settings`` is not a :class:`LengthGeneralizationSettings`.
+    """
+    if not isinstance(settings, LengthGeneralizationSettings):
+        raise TypeError(f"settings must be a LengthGeneralizationSettings, got {type(settings).__name__}")
+    digest = hashlib.sha256(json.dumps(_settings_record(settings), sort_keys=True).encode())
+    if code:
+        digest.update(f"python {sys.version.split()[0]} torch {torch.__version__}".encode())
+        package = Path(__file__).resolve().parent
+        for path in sorted(package.rglob("*.py")):  # sorted: the same digest whatever the file system's order
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _check_resumable(out_dir: Path, settings: LengthGeneralizationSettings, resume: bool) -> None:

@@ -14,9 +14,11 @@ attention is bidirectional; the decoder's is causal (position p sees positions <
 Token embeddings and a learned position table start on **one scale**, :data:`EMBEDDING_STD` = 1:
 :math:`\mathcal{N}(0, 1)` entries, the scale of the sinusoidal table's entries (its rows have norm
 :math:`\sqrt{d/2}`, a token row :math:`\approx \sqrt{d}`) and of the original Transformer's embeddings after
-their :math:`\sqrt{d}` factor. GPT-2 keeps one scale too, 0.02 for both tables. What must not happen is a
-table 50 times smaller than the tokens it is added to: after the first layer norm its rows are then a
-whisper under the tokens, and the model must first learn to amplify them before it can tell positions apart.
+their :math:`\sqrt{d}` factor. Hugging Face's GPT-2 keeps one scale too, its ``initializer_range`` of 0.02
+for both tables (OpenAI's original code drew the position table with 0.01 and the token table with 0.02,
+scales within a factor 2). What must not happen is a table 50 times smaller than the tokens it is added to:
+after the first layer norm its rows are then a whisper under the tokens, and the model must first learn to
+amplify them before it can tell positions apart.
 
 Where the position enters depends on its kind, as in the models that made each kind known:
 

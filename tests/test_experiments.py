@@ -295,3 +295,64 @@ def test_read_results_gives_back_the_rows_written(tmp_path):
     (tmp_path / "other.csv").write_text("position,accuracy\nrope,0.5\n")
     with pytest.raises(ValueError, match="expected"):
         read_results(tmp_path / "other.csv")
+
+
+# The book's live run: one folder per settings digest, one cell per seed, resumed after a kill.
+
+def test_the_settings_digest_changes_with_the_settings_and_covers_the_code():
+    from posenc_ref.experiments import settings_digest
+
+    assert settings_digest(TINY) == settings_digest(dataclasses.replace(TINY))
+    assert len(settings_digest(TINY)) == 12 and int(settings_digest(TINY), 16) >= 0
+    changed = [dataclasses.replace(TINY, max_steps=3), dataclasses.replace(TINY, seeds=(0,)),
+               dataclasses.replace(TINY, eval_examples=5)]
+    digests = {settings_digest(settings) for settings in (TINY, *changed)}
+    assert len(digests) == 1 + len(changed)
+    assert settings_digest(TINY, code=False) != settings_digest(TINY)  # the sources and versions count too
+    with pytest.raises(TypeError, match="LengthGeneralizationSettings"):
+        settings_digest({"seeds": (0,)})
+
+
+def test_a_killed_live_run_resumes_and_trains_only_what_is_missing(tmp_path, monkeypatch):
+    """The chapter's cell: a seed's runs in a folder named by the digest, resume=True; killed after its first
+    run (a cell timeout), the next call trains only the runs that had not finished."""
+    from posenc_ref import experiments
+
+    seed_settings = dataclasses.replace(TINY, seeds=(1,))
+    folder = tmp_path / experiments.settings_digest(TINY) / "seed1"
+    expected = [run.key for run in seed_settings.runs()]
+    assert len(expected) == 2
+    whole = run_length_generalization(seed_settings, out_dir=tmp_path / "whole", progress=False, verbose=False,
+                                      plots=False)
+    trained = []
+    original = experiments._train_and_score
+
+    def killed_after_one_run(job):
+        if trained:
+            raise KeyboardInterrupt  # what the kernel gets when the cell runs out of time
+        trained.append(job.run.key)
+        return original(job)
+
+    monkeypatch.setattr(experiments, "_train_and_score", killed_after_one_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_length_generalization(seed_settings, out_dir=folder, progress=False, verbose=False, plots=False,
+                                  resume=True, save_models=True)
+    assert trained == expected[:1]
+
+    retrained = []
+
+    def counted(job):
+        retrained.append(job.run.key)
+        return original(job)
+
+    monkeypatch.setattr(experiments, "_train_and_score", counted)
+    rows = run_length_generalization(seed_settings, out_dir=folder, progress=False, verbose=False, plots=False,
+                                     resume=True, save_models=True)
+    assert retrained == expected[1:]  # the finished run is kept, not trained again
+    assert measured(rows) == measured(whole)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert [entry["runs_computed"] for entry in provenance["invocations"]] == [1, 1]
+    assert sorted(path.stem for path in (folder / "runs").glob("*.pt")) == sorted(expected)
+    run = seed_settings.runs()[0]
+    model = experiments.load_trained_model(folder, seed_settings, run)
+    assert sum(parameter.numel() for parameter in model.parameters()) == rows[0]["parameters"]
