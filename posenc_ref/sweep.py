@@ -160,11 +160,30 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The CPU's vector instruction sets, which decide the kernels torch picks and so the rounding of every result.
+VECTOR_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+
+
+def _cpu_flags() -> list[str]:
+    """The vector instruction sets of :data:`VECTOR_FLAGS` that this CPU has (from /proc/cpuinfo), sorted."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return sorted(set(line.split(":", 1)[1].split()) & set(VECTOR_FLAGS))
+    except OSError:
+        pass
+    return []
+
+
 def machine_description(device: str) -> dict[str, Any]:
-    """The machine a sweep ran on: device, CPU model and cores, OS, and the GPU's name on CUDA."""
+    """The machine a sweep ran on: device, CPU model, its vector instruction sets and cores, the instruction set
+    torch dispatches to, OS, and the GPU's name on CUDA."""
     import torch
 
-    description = {"device": device, "cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform()}
+    description = {"device": device, "cpu": _cpu_model(), "cpu_flags": _cpu_flags(),
+                   "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(),
+                   "platform": platform.platform()}
     if device.startswith("cuda") and torch.cuda.is_available():
         description["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return description
@@ -177,10 +196,12 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
 
     Called again by the same invocation (same ``started``), it updates that invocation's entry: a sweep
     records itself after every run, so an interrupted invocation keeps the time it ran until its last result.
-    The record keeps the command, settings, package versions, commit (and whether the package's files had
-    uncommitted changes), machine, and one entry per invocation (start, wall seconds, runs it computed), so a sweep that
-    was interrupted and resumed reports the total wall time of all its parts. ``version`` is the
-    :func:`code_version` taken when the sweep started (default: now).
+    The record keeps the settings and one entry per invocation, each with its own command, commit (and whether
+    the package's files had uncommitted changes), package versions (torch's build included), machine (CPU model
+    and vector instruction sets), start, wall seconds and the runs it computed: a sweep interrupted and resumed
+    on another machine or commit says which runs came from where, and reports the total wall time of all its
+    parts. The top-level ``command``, ``versions``, ``commit`` and ``uncommitted_changes`` are the latest
+    invocation's. ``version`` is the :func:`code_version` taken when the sweep started (default: now).
     """
     import numpy
     import torch
@@ -188,9 +209,12 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
     path = Path(folder) / "provenance.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     commit, dirty = code_version() if version is None else version
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_git": torch.version.git_version,
+                "numpy": numpy.__version__}
     invocation = {
         "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
-        "started_unix": started,
+        "started_unix": started, "command": " ".join(command), "commit": commit, "uncommitted_changes": dirty,
+        "versions": versions,
         "wall_seconds": round(time.time() - started, 1), "runs_computed": runs_this_invocation,
         "jobs": jobs, "threads": threads, "machine": machine_description(device),
     }
@@ -200,7 +224,7 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
     invocations = [*earlier, invocation]
     record = {
         "command": " ".join(command), "settings": settings,
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "numpy": numpy.__version__},
+        "versions": versions,
         "commit": commit, "uncommitted_changes": dirty, "runs": runs,
         "wall_seconds": round(sum(entry["wall_seconds"] for entry in invocations), 1),
         "invocations": invocations,

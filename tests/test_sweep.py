@@ -1,8 +1,10 @@
 """posenc_ref.sweep: results saved as they finish, resumed, in job order; bad keys named."""
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from posenc_ref import sweep
 
@@ -59,6 +61,27 @@ def test_provenance_adds_up_the_invocations(tmp_path):
     assert [entry["runs_computed"] for entry in second["invocations"]] == [3, 1]
     assert second["wall_seconds"] == pytest.approx(sum(entry["wall_seconds"] for entry in second["invocations"]))
     assert second["commit"] is None or len(second["commit"]) == 40
+
+
+def test_each_invocation_keeps_its_own_command_commit_and_machine(tmp_path):
+    sweep.provenance(tmp_path, command=["python", "-m", "x", "--jobs", "2"], settings={"a": 1}, device="cpu", jobs=2,
+                     threads=1, started=0.0, runs=4, runs_this_invocation=3, version=("a" * 40, False))
+    record = sweep.provenance(tmp_path, command=["python", "-m", "x", "--jobs", "1"], settings={"a": 1}, device="cpu",
+                              jobs=1, threads=1, started=10.0, runs=4, runs_this_invocation=1,
+                              version=("b" * 40, True))
+    first, second = record["invocations"]
+    assert (first["commit"], first["uncommitted_changes"], first["command"]) == ("a" * 40, False, "python -m x --jobs 2")
+    assert (second["commit"], second["uncommitted_changes"]) == ("b" * 40, True)
+    assert record["commit"] == "b" * 40 and record["command"] == "python -m x --jobs 1"  # the latest's
+    assert second["versions"]["torch"] == torch.__version__ and second["versions"]["torch_git"]
+    machine = second["machine"]
+    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert set(machine["cpu_flags"]) <= set(sweep.VECTOR_FLAGS) and machine["cpu_flags"] == sorted(machine["cpu_flags"])
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():  # read here, apart from the package: every flag recorded is one the CPU lists
+        listed = {flag for line in cpuinfo.read_text().splitlines() if line.startswith(("flags", "Features"))
+                  for flag in line.split(":", 1)[1].split()}
+        assert set(machine["cpu_flags"]) == listed & set(sweep.VECTOR_FLAGS)
 
 
 def test_one_invocation_recorded_twice_is_one_entry(tmp_path):
