@@ -7,7 +7,8 @@ Each graded item is read from its source notebook (the answer key) in one or mor
   key and, for a varied item, for many students. The item is printed on a page when every one of its
   distinctive numbers is printed there (:func:`distinctive`: a value with enough digits to be itself); an
   answer of one number is looked for on its own chapter's page only, where it would answer the item (on another
-  page, 1.05 or 2048 is some other quantity);
+  page, 1.05 or 2048 is some other quantity), and a lone integer only from five digits on (chapter 6's table of
+  parameter counts prints 2,112 for Shaw, which is also one student's 6.4 answer in bytes);
 - **code**: a solution that defines a function, compared with every function of the book's code cells and of
   ``posenc_ref`` (which ships to students too) after renaming its local names (:func:`code_shape`);
 - **prose**: a written answer's model answer, compared with each of the book's folded solutions by the content
@@ -334,8 +335,9 @@ def matches(assignment: str, grade_id: str, cell_type: str, answer: str) -> list
     for chapter, text in pages().items() if "numbers" in item_forms else ():
         printed = printed_numbers(text)
         for name, numbers in item_forms["numbers"]:
-            if len(numbers) == 1 and chapter != assignment:
-                continue  # one number alone answers the item only where its chapter prints it
+            if len(numbers) == 1 and (chapter != assignment or numbers[0] == int(numbers[0]) and abs(numbers[0]) < 1e4):
+                continue  # one number alone answers the item only where its chapter prints it, and a lone
+                # integer of three or four digits is on a page of tables for many other reasons
             if all(is_printed(number, printed) for number in numbers):
                 found.append(f"{chapter}.html prints {name}: {numbers[:6]}")
                 break

@@ -208,8 +208,8 @@ def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distanc
     return start + min(n - 1, max_exact + int(scaled))
 """,
         "alibi_answer": """
-def alibi_slopes(num_heads):
-    return [2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)]
+def alibi_slopes(num_heads, max_bias=8.0):
+    return [2 ** (-max_bias * h / num_heads) for h in range(1, num_heads + 1)]
 """,
         "t5_last_bucket_answer": "t5_last_bucket_start = 240  # the causal layout: 64 buckets in one direction",
         "quiz_absolute_relative_answer": 'quiz_absolute_relative = "C"',
@@ -306,7 +306,7 @@ def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distanc
     return AnyInt(0)
 """,
         "alibi_answer": """
-def alibi_slopes(num_heads):
+def alibi_slopes(num_heads, max_bias=8.0):
     return AnyList([0.5] * num_heads)
 """,
     },
