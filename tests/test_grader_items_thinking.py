@@ -372,3 +372,26 @@ def test_6_5_the_range_rule_on_the_table_of_the_question_supports_claim_b_only()
     claim_a = alibi[4][1] >= 0.5  # a model that uses the whole input finds the far fact
     assert (claim_a, claim_b, claim_c, claim_d) == (False, True, False, False)
     assert solution_namespace("06_comparison", "claims_answer")["supported_claim"] == "B"
+
+
+def test_4_4_and_4_5_the_slopes_with_a_maximum_bias_are_mpts():
+    """Every expected list of 4.4 and 4.5 against MosaicML MPT's slopes as Hugging Face computes them (float32),
+    and the default bias against posenc_ref's ALiBi slopes (Press et al.'s rule)."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    from posenc_ref.relative import alibi_slopes
+
+    checked = 0
+    for test_id in ("alibi_power_test", "alibi_other_test"):
+        for name, values in hidden_constants("04_relative", test_id).items():
+            if not name.startswith("EXPECTED_"):
+                continue
+            heads, _, bias = name.removeprefix("EXPECTED_").partition("_MAX_BIAS_")
+            heads, bias = int(heads), float(bias or 8)
+            mpt = -build_mpt_alibi_tensor(heads, 2, bias)[:, 0, 0].double()  # (heads,): the key one step back
+            torch.testing.assert_close(torch.tensor(values, dtype=torch.float64), mpt, rtol=1e-6, atol=1e-9)
+            if bias == 8:
+                torch.testing.assert_close(torch.tensor(values, dtype=torch.float64), alibi_slopes(heads).double(),
+                                           rtol=1e-6, atol=1e-9)
+            checked += 1
+    assert checked == 5
