@@ -36,7 +36,7 @@ MANUAL_ITEM = "self_bias_answer"
 # From tests/test_grader_roundtrip.py: 13 autograded points of 13 for the full solution, 6 with the mistakes.
 EXPECTED_SCORES = {"full": 13.0, "mistakes": 6.0}
 MAX_SCORE = 16.0
-MANUAL_NUMBER = "4.6"  # the written answer's heading in the notebook: "## 4.6 A bias for the token itself"
+MANUAL_NUMBER = "4.6"  # the written answer's heading in the notebook: "## 4.6 ..."
 HAND_POINTS = 2.0  # of its 3
 
 
@@ -141,8 +141,9 @@ def test_grade_prints_and_writes_totals_with_the_hand_grades_and_names_the_items
     assert "full, mistakes" not in second
     assert {row["student_id"]: float(row["score"]) for row in _rows(out / "grades.csv")} == expected
     report = (out / "report.txt").read_text().splitlines()
-    full, mistakes = report.index("full/04_relative: 15 / 16"), report.index("mistakes/04_relative: 4 / 16")
-    assert report[full + 1] == f"  graded by hand: {MANUAL_NUMBER} (2 / 3)"
+    full = report.index(f"full/{ASSIGNMENT}: {expected['full']:g} / {MAX_SCORE:g}")
+    mistakes = report.index(f"mistakes/{ASSIGNMENT}: {expected['mistakes']:g} / {MAX_SCORE:g}")
+    assert report[full + 1] == f"  graded by hand: {MANUAL_NUMBER} ({HAND_POINTS:g} / 3)"
     assert report[mistakes + 1] == f"  waiting for a hand grade: {MANUAL_NUMBER} (3 points, counted 0 until graded)"
     assert MANUAL_ITEM not in "\n".join(report)
 
