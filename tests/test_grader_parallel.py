@@ -46,4 +46,5 @@ def test_parallel_grading_writes_the_same_csvs_as_serial_grading(tmp_path):
         assert serial == (tmp_path / "parallel" / name).read_text(), name
     grades = (tmp_path / "serial" / "grades.csv").read_text()
     # The full solutions earn every point of both assignments: the grades are not trivially equal.
-    assert grades.count(",full,,,,13.0,0.0,13.0,13.0") == 2, grades  # 13 points in each of the two
+    assert grades.count(",full,,,,13.0,0.0,13.0,13.0") == 1, grades  # 01_permutation's 13 points
+    assert grades.count(",full,,,,14.0,0.0,14.0,14.0") == 1, grades  # 06_comparison's 14
