@@ -86,7 +86,7 @@ def test_model_input_length_is_what_the_decoder_reads():
 
 
 SWEEP = dataclasses.replace(QUICK_SETTINGS, positions=("none", "alibi", "rope"), models=("decoder",), tasks=("bites",),
-                            seeds=(0,), max_steps=40, eval_examples=32, eval_lengths=(4, 8, 16))
+                            seeds=(0,), max_steps=40, eval_examples=32, eval_lengths=(4, 8, 16), min_train_length=8)
 
 
 def test_the_study_reads_the_sweep_models_and_scores_every_rule(tmp_path):

@@ -7,13 +7,16 @@ from torch import nn
 from posenc_ref.attention import POSITION_KINDS
 from posenc_ref.models import build_model
 from posenc_ref.tasks import BLANK, TASKS, TaskBatch, make_batch, vocabulary_size
+from posenc_ref import train as train_module
 from posenc_ref.train import (
     TrainSettings,
     answer_logits,
     evaluate,
     exact_match,
+    learning_rate_factor,
     model_inputs,
     resolve_device,
+    score,
     train_model,
 )
 
@@ -177,6 +180,9 @@ def test_resolve_device_accepts_cpu_and_auto_and_rejects_others():
     ({"target_accuracy": 1.0}, ValueError, "target_accuracy must be in"),
     ({"weight_decay": -1}, ValueError, "weight_decay must be"),
     ({"check_examples": 0}, ValueError, "check_examples"),
+    ({"patience": 0}, ValueError, "patience must be an int >= 1"),
+    ({"schedule": "linear"}, ValueError, "schedule must be one of"),
+    ({"final_learning_rate_factor": 0.0}, ValueError, "final_learning_rate_factor must be in"),
 ])
 def test_bad_settings_are_named(options, error, match):
     with pytest.raises(error, match=match):
@@ -194,3 +200,122 @@ def test_training_rejects_a_length_range_the_task_does_not_allow():
 def test_make_batch_on_the_training_device_matches_the_model():
     batch = make_batch("copy", 3, 2, rng=0, device="cpu")
     assert batch.prompts.device.type == "cpu" and batch.prompts.dtype == torch.int64
+
+
+# The stopping rule: held-out checks at every training length, patience; the schedule; per-token accuracy.
+
+class ScriptedChecks:
+    """Stand-in for the held-out check: returns the next ``{length: accuracy}`` of a script and records the
+    lengths it was asked about."""
+
+    def __init__(self, script):
+        self.script, self.calls = list(script), []
+
+    def __call__(self, model, task, settings, rng, device):
+        lengths = list(range(settings.min_length, settings.max_length + 1))
+        self.calls.append(lengths)
+        return {length: value for length, value in zip(lengths, self.script.pop(0))}
+
+
+@pytest.mark.parametrize(("script", "patience", "stops_after_check"), [
+    # Every length passes from the first check: stops after `patience` checks.
+    ([[1.0, 1.0, 1.0]] * 5, 1, 1),
+    ([[1.0, 1.0, 1.0]] * 5, 3, 3),
+    # The longest length passes while a shorter one fails: no stop until every length passes.
+    ([[0.5, 1.0, 1.0], [0.5, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], 2, 4),
+    # One lucky check between failures resets the count.
+    ([[1.0, 1.0, 1.0], [1.0, 0.9, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], 2, 4),
+])
+def test_training_stops_only_after_every_length_passes_on_patience_checks_in_a_row(
+        monkeypatch, script, patience, stops_after_check):
+    checks = ScriptedChecks(script + [[0.0, 0.0, 0.0]] * 10)
+    monkeypatch.setattr(train_module, "_held_out_check", checks)
+    settings = TrainSettings(min_length=2, max_length=4, max_steps=40, batch_size=4, check_every=2,
+                             patience=patience, num_symbols=SYMBOLS)
+    result = train_model(tiny("decoder", "none"), "copy", settings, progress=False)
+    assert result.reached_target and result.steps == 2 * stops_after_check
+    assert checks.calls[0] == [2, 3, 4]
+    assert result.accuracy == min(script[stops_after_check - 1])
+
+
+def test_training_that_never_passes_runs_the_whole_budget_and_reports_the_lowest_length(monkeypatch):
+    monkeypatch.setattr(train_module, "_held_out_check", ScriptedChecks([[1.0, 0.25, 1.0]] * 10))
+    settings = TrainSettings(min_length=2, max_length=4, max_steps=10, batch_size=4, check_every=2,
+                             patience=1, num_symbols=SYMBOLS)
+    result = train_model(tiny("decoder", "none"), "copy", settings, progress=False)
+    assert not result.reached_target and result.steps == 10 and result.accuracy == 0.25
+
+
+def test_the_held_out_check_scores_every_training_length_on_its_own_examples():
+    model = tiny("decoder", "none")
+    settings = TrainSettings(min_length=2, max_length=5, check_examples=16, num_symbols=SYMBOLS)
+    import random
+    accuracies = train_module._held_out_check(model, "copy", settings, random.Random(0), torch.device("cpu"))
+    assert sorted(accuracies) == [2, 3, 4, 5] and all(0 <= value <= 1 for value in accuracies.values())
+    assert model.training
+
+
+def test_learning_rate_factor_warms_up_then_follows_the_half_cosine():
+    cosine = TrainSettings(min_length=1, max_length=2, max_steps=110, warmup_steps=10, schedule="cosine",
+                           final_learning_rate_factor=0.1)
+    assert [learning_rate_factor(step, cosine) for step in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    # Halfway through the decay the cosine term is 1/2: 0.1 + 0.9 * 0.5.
+    assert learning_rate_factor(60, cosine) == pytest.approx(0.55)
+    assert learning_rate_factor(110, cosine) == pytest.approx(0.1)
+    assert learning_rate_factor(35, cosine) == pytest.approx(0.1 + 0.9 * (2 + 2 ** 0.5) / 4)  # cos(pi/4)
+    constant = TrainSettings(min_length=1, max_length=2, max_steps=110, warmup_steps=10)
+    assert [learning_rate_factor(step, constant) for step in (9, 60, 110)] == [1.0, 1.0, 1.0]
+
+
+def test_the_optimiser_uses_the_schedule(monkeypatch):
+    seen = []
+    original = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    settings = TrainSettings(min_length=1, max_length=2, max_steps=6, warmup_steps=2, schedule="cosine",
+                             final_learning_rate_factor=0.5, learning_rate=1.0, batch_size=2,
+                             num_symbols=SYMBOLS, check_every=100)
+    train_model(tiny("decoder", "none"), "copy", settings, progress=False)
+    expected = [learning_rate_factor(step, settings) for step in range(6)]
+    assert seen == pytest.approx(expected) and expected[1] == 1.0 and expected[-1] < 1.0
+
+
+class ScriptedAnswers(nn.Module):
+    """Stand-in model that answers each example by a fixed rule: right, or wrong at chosen answer slots."""
+
+    causal = False
+
+    def __init__(self, wrong_slots_by_row):
+        super().__init__()
+        self.wrong_slots_by_row = wrong_slots_by_row
+        self.batch = None
+
+    def forward(self, tokens):
+        batch = self.batch
+        logits = torch.nn.functional.one_hot(batch.answers, 16).float()  # (batch, answer_len, 16)
+        for row, slots in enumerate(self.wrong_slots_by_row[:len(logits)]):
+            for slot in slots:
+                logits[row, slot] = torch.nn.functional.one_hot((batch.answers[row, slot] + 1) % 16, 16)
+        prompt_len = batch.prompts.shape[1]
+        padding = torch.zeros(len(logits), prompt_len, 16)
+        return torch.cat((padding, logits), dim=1)  # (batch, prompt + answer, 16)
+
+
+def test_score_counts_whole_answers_and_answer_tokens(monkeypatch):
+    # Four copy examples of 5 tokens: one wrong at 2 slots, one wrong at 1, two right.
+    # Exact match 2/4; per-token accuracy (20 - 3) / 20.
+    model = ScriptedAnswers([[0, 4], [2], [], []])
+    original = train_module.make_batch
+
+    def remembered_batch(*args, **kwargs):
+        model.batch = original(*args, **kwargs)
+        return model.batch
+
+    monkeypatch.setattr(train_module, "make_batch", remembered_batch)
+    scores = score(model, "copy", 5, num_examples=4, num_symbols=SYMBOLS)
+    assert (scores.exact_match, scores.token_accuracy, scores.examples) == (0.5, 17 / 20, 4)
+    assert evaluate(model, "copy", 5, num_examples=4, num_symbols=SYMBOLS) == 0.5
