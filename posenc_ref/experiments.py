@@ -11,10 +11,10 @@ from more, and floating-point sums, hence the trained models, depend on the numb
 reproduces the numbers of the book, which runs the same code.
 
 For every position kind, model kind (encoder, decoder), task and seed, a
-:class:`~posenc_ref.models.TinyTransformer` is trained on inputs of size ``min_length .. L`` (``L`` the
+:class:`~posenc_ref.lab.models.TinyTransformer` is trained on inputs of size ``min_length .. L`` (``L`` the
 training length) until its held-out exact match reaches the target at every training length or the step
-budget runs out (:func:`posenc_ref.train.train_model`), then scored by exact match and per-token accuracy at
-every evaluation length up to ``3L`` on the same examples for every model (:func:`posenc_ref.train.score`).
+budget runs out (:func:`posenc_ref.lab.train.train_model`), then scored by exact match and per-token accuracy at
+every evaluation length up to ``3L`` on the same examples for every model (:func:`posenc_ref.lab.train.score`).
 
 Writes ``DIR/results.csv``, one row per (position, model, task, seed, length) with the columns of
 :data:`CSV_COLUMNS`, and ``DIR/<task>_<model>.png``, accuracy against length per position kind (mean over
@@ -55,12 +55,12 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from posenc_ref import sweep
 from posenc_ref._checks import check_choice, check_int, check_positive_int
 from posenc_ref.attention import BACKENDS, POSITION_KINDS
-from posenc_ref.models import MODEL_KINDS, TinyTransformer, build_model
-from posenc_ref.tasks import TASKS, vocabulary_size
-from posenc_ref.train import TrainSettings, resolve_device, score, train_model
+from posenc_ref.lab import sweep
+from posenc_ref.lab.models import MODEL_KINDS, TinyTransformer, build_model
+from posenc_ref.lab.tasks import TASKS, vocabulary_size
+from posenc_ref.lab.train import TrainSettings, resolve_device, score, train_model
 
 CSV_COLUMNS: tuple[str, ...] = (
     "position", "randomized", "model", "task", "length", "accuracy", "token_accuracy", "seed", "train_length",
@@ -68,7 +68,7 @@ CSV_COLUMNS: tuple[str, ...] = (
     "position_parameters", "parameters", "examples",
 )
 """The columns of ``results.csv``: the first eight name the measurement (``accuracy`` is the exact match,
-``token_accuracy`` the share of right answer tokens, :func:`posenc_ref.train.score`); the rest describe its
+``token_accuracy`` the share of right answer tokens, :func:`posenc_ref.lab.train.score`); the rest describe its
 training run. ``randomized`` is True for a run with randomized positions
 (:attr:`LengthGeneralizationSettings.randomized`). ``train_accuracy`` is the lowest held-out exact match over
 the training lengths at the last check, and ``reached_target`` whether the stopping rule was met; whether a run
@@ -134,7 +134,7 @@ class LengthGeneralizationSettings:
     Attributes:
         positions: position kinds, names from :data:`posenc_ref.attention.POSITION_KINDS`.
         models: ``"encoder"`` and/or ``"decoder"``.
-        tasks: names from :data:`posenc_ref.tasks.TASKS`.
+        tasks: names from :data:`posenc_ref.lab.tasks.TASKS`.
         train_length: L, the largest input size seen in training.
         min_train_length: the smallest input size seen in training; every size from it to L is trained on,
             checked while training and scored, and a run *fitted* when it scores the target at all of them.
@@ -209,7 +209,7 @@ class LengthGeneralizationSettings:
         self.train_settings(self.tasks[0])  # checks the training budget now, not after the first run
 
     def train_settings(self, task: str) -> TrainSettings:
-        """The :class:`~posenc_ref.train.TrainSettings` of every run on ``task``."""
+        """The :class:`~posenc_ref.lab.train.TrainSettings` of every run on ``task``."""
         return TrainSettings(
             min_length=self.min_train_length, max_length=self.train_length, max_steps=self.max_steps,
             batch_size=self.batch_size, learning_rate=self.learning_rate, schedule=self.schedule,
@@ -260,7 +260,7 @@ FULL_SETTINGS = LengthGeneralizationSettings(
 """The study committed with the book (``book/data/length-generalization/``): the decoders of every kind on copy,
 who-bites-whom and associative recall, ten seeds, trained on sizes 3..L with L = 8 and scored up to 3L, up to
 4000 steps with a cosine schedule, stopping once the held-out exact match reaches 0.99 at every training size
-on three checks in a row (:func:`posenc_ref.train.train_model`). Sized for a 2-core CPU: about an hour with
+on three checks in a row (:func:`posenc_ref.lab.train.train_model`). Sized for a 2-core CPU: about an hour with
 ``--jobs 2``. Every field is written out, so that the defaults can change alone."""
 
 QUICK_SETTINGS = dataclasses.replace(FULL_SETTINGS, tasks=("bites", "recall"), seeds=(0, 1, 2))
@@ -426,7 +426,7 @@ def run_length_generalization(
 ) -> list[dict[str, Any]]:
     """Run the grid of ``settings``; write ``out_dir/results.csv`` (and the plots); return the rows.
 
-    Each run is saved in ``out_dir/runs/`` as it finishes (:mod:`posenc_ref.sweep`): called again with the
+    Each run is saved in ``out_dir/runs/`` as it finishes (:mod:`posenc_ref.lab.sweep`): called again with the
     same settings after an interruption, the grid continues where it stopped. ``out_dir/settings.json`` holds
     the settings and ``out_dir/provenance.json`` the command, versions, commit, machine and wall time.
 
@@ -670,7 +670,7 @@ def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizati
 
 def _extension_main(parser: argparse.ArgumentParser, arguments: argparse.Namespace,
                     argv: Sequence[str] | None) -> list[dict[str, Any]]:
-    from posenc_ref.extension import ExtensionSettings, run_context_extension
+    from posenc_ref.lab.extension import ExtensionSettings, run_context_extension
 
     try:
         settings = saved_settings(arguments.models)

@@ -19,7 +19,7 @@ from posenc_ref.experiments import (
     POSITION_FREE_ENCODER_STEPS,
     LengthGeneralizationSettings,
 )
-from posenc_ref.tasks import TASKS
+from posenc_ref.lab.tasks import TASKS
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 STUDY = DATA / "length-generalization"

@@ -1,0 +1,13 @@
+"""Chapter 6's laboratory: tiny transformers trained on synthetic tasks, and the studies run with them.
+
+- :mod:`~posenc_ref.lab.tasks`: the synthetic tasks, generated on the fly from a seed;
+- :mod:`~posenc_ref.lab.models`: the tiny encoders and decoders, with any position kind;
+- :mod:`~posenc_ref.lab.train`: training, the stopping rule, exact match and per-token accuracy;
+- :mod:`~posenc_ref.lab.sweep`: a grid of independent runs that survives interruption, with its provenance;
+- :mod:`~posenc_ref.lab.extension`: chapter 5's context-extension rules applied to trained rotary decoders;
+- :mod:`~posenc_ref.lab.attention_maps`: a trained model's attention maps and their entropy;
+- :mod:`~posenc_ref.lab.evidence`: intervals over seeds and the ranking sentences they support.
+
+Data flows one way: tasks and models -> train -> the studies -> evidence. A module imports only modules
+before it in that order, never one after it.
+"""
