@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from posenc_ref.experiments import QUICK_SETTINGS, Run, load_trained_model, main, run_length_generalization
 from posenc_ref.lab.extension import (
     EXTENSION_METHODS,
     ExtensionSettings,
@@ -16,6 +15,13 @@ from posenc_ref.lab.extension import (
     rope_extension,
     run_context_extension,
     with_rope_extension,
+)
+from posenc_ref.lab.length_generalization import (
+    QUICK_SETTINGS,
+    Run,
+    load_trained_model,
+    main,
+    run_length_generalization,
 )
 from posenc_ref.lab.models import TinyTransformer
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from posenc_ref.experiments import LengthGeneralizationSettings
 from posenc_ref.lab.extension import EXTENSION_COLUMNS, EXTENSION_METHODS, ExtensionSettings
+from posenc_ref.lab.length_generalization import LengthGeneralizationSettings
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 STUDY = DATA / "length-generalization"

@@ -8,7 +8,11 @@ import csv
 import json
 from pathlib import Path
 
-from posenc_ref.experiments import CSV_COLUMNS, RANDOMIZED_SETTINGS, LengthGeneralizationSettings
+from posenc_ref.lab.length_generalization import (
+    CSV_COLUMNS,
+    RANDOMIZED_SETTINGS,
+    LengthGeneralizationSettings,
+)
 
 REMEDY = Path(__file__).resolve().parents[1] / "book" / "data" / "randomized-positions"
 

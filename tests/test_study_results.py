@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from posenc_ref.attention import POSITION_KINDS
-from posenc_ref.experiments import (
+from posenc_ref.lab.length_generalization import (
     CSV_COLUMNS,
     FULL_SETTINGS,
     POSITION_FREE_ENCODER_STEPS,

@@ -36,8 +36,8 @@ import torch
 
 from posenc_ref._checks import check_choice, check_positive_float, check_positive_int
 from posenc_ref.attention import POSITION_KINDS, RopePosition
-from posenc_ref.experiments import LengthGeneralizationSettings, Run, load_trained_model
 from posenc_ref.lab import sweep
+from posenc_ref.lab.length_generalization import LengthGeneralizationSettings, Run, load_trained_model
 from posenc_ref.lab.models import TinyTransformer
 from posenc_ref.lab.tasks import TASKS
 from posenc_ref.lab.train import evaluate, resolve_device, train_model
@@ -207,7 +207,8 @@ def run_context_extension(
 ) -> list[dict[str, Any]]:
     """Score the trained decoders of a sweep at ``factor * L`` with each rule, before and after a fine-tune.
 
-    ``models_dir`` is the output folder of :func:`~posenc_ref.experiments.run_length_generalization` run with
+    ``models_dir`` is the output folder of
+    :func:`~posenc_ref.lab.length_generalization.run_length_generalization` run with
     ``settings`` (ideally with ``save_models=True``); its rotary decoders (and the reference kinds') of every task
     and seed are read, and those whose weights were not saved are trained again from their seed. Each (task, kind, seed) is one run of :func:`posenc_ref.lab.sweep.run_sweep`, saved in
     ``out_dir/runs/`` as it finishes (resumable); the rows go to ``out_dir/extension.csv`` with the columns of

@@ -1,8 +1,8 @@
-r"""``python -m posenc_ref.experiments length-generalization``: train short, test long, for every position kind.
+r"""``python -m posenc_ref.lab.length_generalization length-generalization``: train short, test long, for every position kind.
 
 Usage::
 
-    python -m posenc_ref.experiments length-generalization [--quick] [--device cpu|cuda|auto] --out DIR
+    python -m posenc_ref.lab.length_generalization length-generalization [--quick] [--device cpu|cuda|auto] --out DIR
         [--seeds N] [--max-steps N] [--positions none,rope,...] [--models encoder,decoder]
         [--tasks bites,...] [--eval-examples N] [--threads N] [--no-progress]
 
@@ -388,7 +388,7 @@ def settings_digest(settings: LengthGeneralizationSettings, *, code: bool = True
     digest = hashlib.sha256(json.dumps(_settings_record(settings), sort_keys=True).encode())
     if code:
         digest.update(f"python {sys.version.split()[0]} torch {torch.__version__}".encode())
-        package = Path(__file__).resolve().parent
+        package = Path(__file__).resolve().parents[1]  # posenc_ref, the whole package, not only its lab
         for path in sorted(package.rglob("*.py")):  # sorted: the same digest whatever the file system's order
             digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
@@ -595,7 +595,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m posenc_ref.experiments",
+    parser = argparse.ArgumentParser(prog="python -m posenc_ref.lab.length_generalization",
                                      description=__doc__.splitlines()[0].split(": ", 1)[-1])
     commands = parser.add_subparsers(dest="command", required=True)
     command = commands.add_parser("length-generalization", help="train short, test long (see the module doc)")
@@ -690,7 +690,7 @@ def _extension_main(parser: argparse.ArgumentParser, arguments: argparse.Namespa
         rows = run_context_extension(settings, models_dir=arguments.models, out_dir=arguments.out,
                                      extension=extension, device=device, jobs=jobs,
                                      progress=not arguments.no_progress,
-                                     command=["python", "-m", "posenc_ref.experiments", *(
+                                     command=["python", "-m", "posenc_ref.lab.length_generalization", *(
                                          sys.argv[1:] if argv is None else argv)])
     except (TypeError, ValueError, FileNotFoundError) as error:
         parser.error(str(error))
@@ -724,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                                          progress=not arguments.no_progress, jobs=jobs,
                                          threads=torch.get_num_threads(), resume=not arguments.restart,
                                          save_models=arguments.save_models,
-                                         command=["python", "-m", "posenc_ref.experiments", *(
+                                         command=["python", "-m", "posenc_ref.lab.length_generalization", *(
                                              sys.argv[1:] if argv is None else argv)])
     except ValueError as error:
         parser.error(str(error))
