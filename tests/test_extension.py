@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from posenc_ref.lab.cli import main
 from posenc_ref.lab.extension import (
     EXTENSION_METHODS,
     ExtensionSettings,
@@ -16,14 +17,9 @@ from posenc_ref.lab.extension import (
     run_context_extension,
     with_rope_extension,
 )
-from posenc_ref.lab.length_generalization import (
-    QUICK_SETTINGS,
-    Run,
-    load_trained_model,
-    main,
-    run_length_generalization,
-)
+from posenc_ref.lab.length_generalization import load_trained_model, run_length_generalization
 from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.settings import QUICK_SETTINGS, Run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -37,8 +37,9 @@ import torch
 from posenc_ref._checks import check_choice, check_positive_float, check_positive_int
 from posenc_ref.attention import POSITION_KINDS, RopePosition
 from posenc_ref.lab import sweep
-from posenc_ref.lab.length_generalization import LengthGeneralizationSettings, Run, load_trained_model
+from posenc_ref.lab.length_generalization import load_trained_model
 from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.settings import LengthGeneralizationSettings, Run
 from posenc_ref.lab.tasks import TASKS
 from posenc_ref.lab.train import evaluate, resolve_device, train_model
 
