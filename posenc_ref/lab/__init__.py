@@ -14,7 +14,9 @@
 - :mod:`~posenc_ref.lab.evidence`: intervals over seeds and the ranking sentences they support;
 - :mod:`~posenc_ref.lab.cli` (run as ``python -m posenc_ref.lab``): the command line of the two studies.
 
-Data flows one way: tasks and models -> train -> the studies (sweep, settings, results, length
-generalization, context extension) -> attention maps and evidence -> the command line. A module imports
-only modules before it in that order, never one after it, so that the imports form no circle.
+Data flows one way, in the order of this list: tasks and models -> train -> the studies (sweep, settings,
+results, length generalization, context extension) -> attention maps and evidence -> the command line. A
+module imports only modules before it in that order, never one after it, so that the imports form no
+circle; this file imports none of them, and nothing else in ``posenc_ref`` imports the lab
+(``tests/test_lab_layout.py`` checks all three).
 """
