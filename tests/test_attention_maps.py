@@ -1,12 +1,12 @@
-"""posenc_ref.attention_maps: maps are the softmax the layers compute; entropy against closed forms."""
+"""posenc_ref.lab.attention_maps: maps are the softmax the layers compute; entropy against closed forms."""
 
 import math
 
 import pytest
 import torch
 
-from posenc_ref.attention_maps import attention_entropy, attention_maps, entropy_by_length
-from posenc_ref.models import TinyTransformer
+from posenc_ref.lab.attention_maps import attention_entropy, attention_maps, entropy_by_length
+from posenc_ref.lab.models import TinyTransformer
 from posenc_ref.relative import alibi_slopes
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

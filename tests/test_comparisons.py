@@ -1,10 +1,10 @@
-"""posenc_ref.comparisons: runs from rows, fit at every training size, range means, findings, agreement."""
+"""posenc_ref.lab.comparisons: runs from rows, fit at every training size, range means, findings, agreement."""
 
 import math
 
 import pytest
 
-from posenc_ref.comparisons import (
+from posenc_ref.lab.comparisons import (
     LiteratureClaim,
     agreement,
     findings,
@@ -15,7 +15,7 @@ from posenc_ref.comparisons import (
     scores_by_kind,
     size_ranges,
 )
-from posenc_ref.evidence import Comparison
+from posenc_ref.lab.evidence import Comparison
 
 TRAINING = (3, 4)  # training sizes; L = 4: beyond is 5..8, far 9..12
 

@@ -1,12 +1,12 @@
-"""posenc_ref.evidence: intervals over seeds and the ranking sentences generated from them."""
+"""posenc_ref.lab.evidence: intervals over seeds and the ranking sentences generated from them."""
 
 import math
 import random
 
 import pytest
 
-from posenc_ref import evidence
-from posenc_ref.evidence import Interval, interval, rank, ranking_sentence
+from posenc_ref.lab import evidence
+from posenc_ref.lab.evidence import Interval, interval, rank, ranking_sentence
 
 
 def test_range_interval_is_min_to_max_with_the_mean():

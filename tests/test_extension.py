@@ -1,4 +1,4 @@
-"""posenc_ref.extension: the scaling rules applied to trained decoders, and the resumable study."""
+"""posenc_ref.lab.extension: the scaling rules applied to trained decoders, and the resumable study."""
 
 import csv
 import dataclasses
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from posenc_ref.experiments import QUICK_SETTINGS, Run, load_trained_model, main, run_length_generalization
-from posenc_ref.extension import (
+from posenc_ref.lab.cli import main
+from posenc_ref.lab.extension import (
     EXTENSION_METHODS,
     ExtensionSettings,
     model_input_length,
@@ -17,7 +17,9 @@ from posenc_ref.extension import (
     run_context_extension,
     with_rope_extension,
 )
-from posenc_ref.models import TinyTransformer
+from posenc_ref.lab.length_generalization import load_trained_model, run_length_generalization
+from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.settings import QUICK_SETTINGS, Run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

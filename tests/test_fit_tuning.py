@@ -1,11 +1,11 @@
-"""posenc_ref.fit_tuning: one change of the study's settings per variant, on the cells asked for."""
+"""posenc_ref.lab.fit_tuning: one change of the study's settings per variant, on the cells asked for."""
 
 import dataclasses
 
 import pytest
 
-from posenc_ref import fit_tuning
-from posenc_ref.experiments import FULL_SETTINGS
+from posenc_ref.lab import cli, fit_tuning
+from posenc_ref.lab.settings import FULL_SETTINGS
 
 
 def changed_fields(settings):
@@ -35,19 +35,23 @@ def test_the_command_runs_every_variant_into_its_own_folder(tmp_path, monkeypatc
     calls = []
 
     def recording_run(settings, *, out_dir, command, **options):
-        calls.append((settings, out_dir, command))
+        calls.append((settings, out_dir, command, options))
         return [{"settings": settings}]
 
     monkeypatch.setattr(fit_tuning, "run_length_generalization", recording_run)
-    results = fit_tuning.main(["--out", str(tmp_path), "--tasks", "recall", "--positions", "t5", "--seeds", "2",
-                               "--no-progress"])
-    assert set(results) == set(fit_tuning.VARIANTS)
-    assert [out_dir for _, out_dir, _ in calls] == [tmp_path / variant for variant in fit_tuning.VARIANTS]
-    assert all(settings.seeds == (0, 1) and settings.tasks == ("recall",) for settings, _, _ in calls)
-    assert calls[0][2][:3] == ["python", "-m", "posenc_ref.fit_tuning"]
+    rows = cli.main(["fit-tuning", "--out", str(tmp_path), "--tasks", "recall", "--positions", "t5", "--seeds", "2",
+                     "--no-progress"])
+    assert len(rows) == len(fit_tuning.VARIANTS)
+    assert [out_dir for _, out_dir, _, _ in calls] == [tmp_path / variant for variant in fit_tuning.VARIANTS]
+    assert all(settings.seeds == (0, 1) and settings.tasks == ("recall",) for settings, _, _, _ in calls)
+    assert calls[0][2][:4] == ["python", "-m", "posenc_ref.lab", "fit-tuning"]
+    assert all(options["device"] == "cpu" and options["threads"] == 1 for _, _, _, options in calls)
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        fit_tuning.main(["--out", str(tmp_path), "--positions", "xpos"])
+        cli.main(["fit-tuning", "--out", str(tmp_path), "--positions", "xpos"])
     assert "positions must be one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["fit-tuning", "--out", str(tmp_path), "--seeds", "0"])
+    assert "--seeds must be an int >= 1" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""posenc_ref.models: shapes, causality, where each position kind enters, and parameter counts."""
+"""posenc_ref.lab.models: shapes, causality, where each position kind enters, and parameter counts."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posenc_ref.attention import POSITION_KINDS
-from posenc_ref.models import MODEL_KINDS, TinyTransformer, build_model, is_absolute
+from posenc_ref.lab.models import MODEL_KINDS, TinyTransformer, build_model, is_absolute
 
 KINDS = list(POSITION_KINDS)
 VOCABULARY, D_MODEL, HEADS, LAYERS = 11, 16, 2, 2

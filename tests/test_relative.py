@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from posenc_ref.attention import MultiHeadAttention
-from posenc_ref.models import build_model
+from posenc_ref.lab.models import build_model
 from posenc_ref.relative import (
     ShawRelativePosition,
     T5RelativeBias,

@@ -1,7 +1,8 @@
 """The committed context-extension study (book/data/context-extension/): every rule, factor and seed.
 
-Data produced by ``python -m posenc_ref.experiments context-extension`` from the trained decoders of the
-committed length-generalization study (the command and settings are in provenance.json).
+Data produced by ``python -m posenc_ref.experiments context-extension`` (``python -m posenc_ref.lab
+context-extension`` now) from the trained decoders of the committed length-generalization study (the
+command and settings are in provenance.json).
 """
 
 import csv
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from posenc_ref.experiments import LengthGeneralizationSettings
-from posenc_ref.extension import EXTENSION_COLUMNS, EXTENSION_METHODS, ExtensionSettings
+from posenc_ref.lab.extension import EXTENSION_COLUMNS, EXTENSION_METHODS, ExtensionSettings
+from posenc_ref.lab.settings import LengthGeneralizationSettings
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 STUDY = DATA / "length-generalization"

@@ -1,14 +1,16 @@
 """The committed randomized-positions study (book/data/randomized-positions/): complete, traceable, fit checked.
 
-Data produced by ``python -m posenc_ref.experiments length-generalization --randomized-study`` (the command is
-in provenance.json): the absolute and rotary decoders with and without randomized positions.
+Data produced by ``python -m posenc_ref.experiments length-generalization --randomized-study`` (the command
+is in provenance.json; it is ``python -m posenc_ref.lab`` now): the absolute and rotary decoders with and
+without randomized positions.
 """
 
 import csv
 import json
 from pathlib import Path
 
-from posenc_ref.experiments import CSV_COLUMNS, RANDOMIZED_SETTINGS, LengthGeneralizationSettings
+from posenc_ref.lab.results import CSV_COLUMNS
+from posenc_ref.lab.settings import RANDOMIZED_SETTINGS, LengthGeneralizationSettings
 
 REMEDY = Path(__file__).resolve().parents[1] / "book" / "data" / "randomized-positions"
 

@@ -1,9 +1,9 @@
 """The committed length-generalization study (book/data/length-generalization/): complete, traceable, fit checked.
 
-These files are data produced by ``python -m posenc_ref.experiments`` (the command is in provenance.json);
-the chapter plots them. The test checks their schema and that the grid is complete: every task x model x
-kind x seed is present at every length, the fit criterion was applied to every run (a run that did not fit had
-its whole budget).
+These files are data produced by ``python -m posenc_ref.experiments`` (the command is in provenance.json;
+it is ``python -m posenc_ref.lab`` now); the chapter plots them. The test checks their schema and that the grid
+is complete: every task x model x kind x seed is present at every length, the fit criterion was applied to
+every run (a run that did not fit had its whole budget).
 """
 
 import csv
@@ -13,13 +13,9 @@ from pathlib import Path
 import pytest
 
 from posenc_ref.attention import POSITION_KINDS
-from posenc_ref.experiments import (
-    CSV_COLUMNS,
-    FULL_SETTINGS,
-    POSITION_FREE_ENCODER_STEPS,
-    LengthGeneralizationSettings,
-)
-from posenc_ref.tasks import TASKS
+from posenc_ref.lab.results import CSV_COLUMNS
+from posenc_ref.lab.settings import FULL_SETTINGS, POSITION_FREE_ENCODER_STEPS, LengthGeneralizationSettings
+from posenc_ref.lab.tasks import TASKS
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 STUDY = DATA / "length-generalization"

@@ -1,4 +1,4 @@
-"""posenc_ref.sweep: results saved as they finish, resumed, in job order; bad keys named."""
+"""posenc_ref.lab.sweep: results saved as they finish, resumed, in job order; bad keys named."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc_ref import sweep
+from posenc_ref.lab import sweep
 
 
 def square(job):

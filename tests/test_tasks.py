@@ -1,4 +1,4 @@
-"""posenc_ref.tasks: every target is checked by a plain-Python reading of the prompt, written here."""
+"""posenc_ref.lab.tasks: every target is checked by a plain-Python reading of the prompt, written here."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc_ref.tasks import (
+from posenc_ref.lab.tasks import (
     BLANK,
     NUM_SPECIAL_TOKENS,
     SEPARATOR,

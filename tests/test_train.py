@@ -1,14 +1,14 @@
-"""posenc_ref.train: the sequence layouts, exact match, training steps for every kind, evaluation, errors."""
+"""posenc_ref.lab.train: the sequence layouts, exact match, training steps for every kind, evaluation, errors."""
 
 import pytest
 import torch
 from torch import nn
 
 from posenc_ref.attention import POSITION_KINDS
-from posenc_ref.models import build_model
-from posenc_ref.tasks import BLANK, TASKS, TaskBatch, make_batch, vocabulary_size
-from posenc_ref import train as train_module
-from posenc_ref.train import (
+from posenc_ref.lab import train as train_module
+from posenc_ref.lab.models import build_model
+from posenc_ref.lab.tasks import BLANK, TASKS, TaskBatch, make_batch, vocabulary_size
+from posenc_ref.lab.train import (
     TrainSettings,
     answer_logits,
     evaluate,

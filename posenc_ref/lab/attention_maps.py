@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import torch
 
 from posenc_ref._checks import check_choice, check_positive_int, check_tensor
-from posenc_ref.models import TinyTransformer
-from posenc_ref.tasks import TASKS, make_batch
-from posenc_ref.train import model_inputs
+from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.tasks import TASKS, make_batch
+from posenc_ref.lab.train import model_inputs
 
 
 @torch.no_grad()
@@ -30,7 +30,7 @@ def attention_maps(model: TinyTransformer, tokens: torch.Tensor, *,
     """The attention weights of every layer and head for ``tokens``: ``(layers, batch, heads, seq, seq)``.
 
     Args:
-        model: a :class:`~posenc_ref.models.TinyTransformer` (put in evaluation mode here).
+        model: a :class:`~posenc_ref.lab.models.TinyTransformer` (put in evaluation mode here).
         tokens: int64 ``(batch, seq)``.
         positions: ``(seq,)`` explicit positions (kinds that take them); a model with ``random_positions``
             draws them once here, so that every layer sees the draw the forward pass used.
@@ -78,7 +78,7 @@ def entropy_by_length(model: TinyTransformer, task: str, lengths: Sequence[int],
     r"""Mean attention entropy of ``model`` on ``task`` at each input size in ``lengths``.
 
     For each length: ``num_examples`` fresh examples (the same for every model, as in
-    :func:`posenc_ref.train.evaluate`), the maps of every layer, head and query, and
+    :func:`posenc_ref.lab.train.evaluate`), the maps of every layer, head and query, and
 
     - ``"entropy"``: their mean entropy :math:`\bar H`;
     - ``"uniform"``: the mean of :math:`\ln n_i` over the same queries, the entropy of spreading evenly.

@@ -1,4 +1,5 @@
-"""posenc_ref.experiments: the CLI writes a complete results.csv; settings, tables and plots."""
+"""posenc_ref.lab.length_generalization with its settings, results and command line (posenc_ref.lab.cli):
+the CLI writes a complete results.csv; settings, tables and plots."""
 
 import csv
 import dataclasses
@@ -14,15 +15,10 @@ import pytest
 import torch
 
 from posenc_ref.attention import POSITION_KINDS
-from posenc_ref.experiments import (
-    CSV_COLUMNS,
-    FULL_SETTINGS,
-    QUICK_SETTINGS,
-    format_table,
-    main,
-    mean_accuracy,
-    run_length_generalization,
-)
+from posenc_ref.lab.cli import main
+from posenc_ref.lab.length_generalization import run_length_generalization
+from posenc_ref.lab.results import CSV_COLUMNS, format_table, mean_accuracy
+from posenc_ref.lab.settings import FULL_SETTINGS, QUICK_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_COLUMNS = {"position", "model", "task", "length", "accuracy", "seed"}
@@ -62,7 +58,7 @@ def test_quick_cli_writes_a_complete_results_csv_and_one_plot_per_model(tmp_path
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
-    command = [sys.executable, "-m", "posenc_ref.experiments", "length-generalization", "--quick",
+    command = [sys.executable, "-m", "posenc_ref.lab", "length-generalization", "--quick",
                "--device", "cpu", "--positions", "alibi", "--models", "decoder", "--max-steps", "1",
                "--eval-examples", "2", "--no-progress", "--out", str(tmp_path)]
     completed = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -108,7 +104,7 @@ def test_every_t5_bucket_and_shaw_row_is_reached_by_offsets_inside_the_training_
 def test_full_settings_cover_every_task_with_several_seeds_up_to_three_times_the_training_length():
     assert set(FULL_SETTINGS.tasks) == {"copy", "reverse", "bites", "recall"}
     assert len(FULL_SETTINGS.seeds) >= 5 and set(FULL_SETTINGS.models) == {"encoder", "decoder"}
-    from posenc_ref.experiments import RANDOMIZED_SETTINGS
+    from posenc_ref.lab.settings import RANDOMIZED_SETTINGS
 
     assert set(RANDOMIZED_SETTINGS.randomized) == set(RANDOMIZED_SETTINGS.positions) == {"sinusoidal", "learned",
                                                                                          "rope"}
@@ -191,12 +187,12 @@ TINY = dataclasses.replace(QUICK_SETTINGS, positions=("alibi", "rope"), models=(
 
 
 def test_an_interrupted_sweep_continues_where_it_stopped_and_gives_the_same_rows(tmp_path, monkeypatch):
-    from posenc_ref import experiments
+    from posenc_ref.lab import length_generalization
 
     whole = run_length_generalization(TINY, out_dir=tmp_path / "whole", progress=False, verbose=False,
                                       plots=False)
     trained = []
-    original = experiments._train_and_score
+    original = length_generalization._train_and_score
 
     def fails_on_the_third_run(job):
         if len(trained) == 2:
@@ -204,12 +200,12 @@ def test_an_interrupted_sweep_continues_where_it_stopped_and_gives_the_same_rows
         trained.append(job.run.key)
         return original(job)
 
-    monkeypatch.setattr(experiments, "_train_and_score", fails_on_the_third_run)
+    monkeypatch.setattr(length_generalization, "_train_and_score", fails_on_the_third_run)
     with pytest.raises(KeyboardInterrupt):
         run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False, plots=False)
     assert sorted(path.stem for path in (tmp_path / "cut" / "runs").glob("*.json")) == sorted(trained)
     assert not (tmp_path / "cut" / "results.csv").exists()
-    monkeypatch.setattr(experiments, "_train_and_score", original)
+    monkeypatch.setattr(length_generalization, "_train_and_score", original)
     resumed = run_length_generalization(TINY, out_dir=tmp_path / "cut", progress=False, verbose=False,
                                         plots=False)
     assert measured(resumed) == measured(whole)
@@ -280,7 +276,7 @@ def test_random_range_below_one_is_refused():
 
 
 def test_the_position_free_encoder_gets_the_short_budget(tmp_path):
-    from posenc_ref.experiments import POSITION_FREE_ENCODER_STEPS
+    from posenc_ref.lab.settings import POSITION_FREE_ENCODER_STEPS
 
     settings = dataclasses.replace(TINY, positions=("none",), models=("encoder", "decoder"), seeds=(0,),
                                    max_steps=POSITION_FREE_ENCODER_STEPS + 25, eval_lengths=(4,), train_length=4, min_train_length=4)
@@ -291,7 +287,7 @@ def test_the_position_free_encoder_gets_the_short_budget(tmp_path):
 
 def test_read_results_gives_back_the_rows_written(tmp_path):
     rows = run_length_generalization(TINY, out_dir=tmp_path, progress=False, verbose=False, plots=False)
-    from posenc_ref.experiments import read_results
+    from posenc_ref.lab.results import read_results
 
     assert read_results(tmp_path / "results.csv") == rows
     (tmp_path / "other.csv").write_text("position,accuracy\nrope,0.5\n")
@@ -302,7 +298,7 @@ def test_read_results_gives_back_the_rows_written(tmp_path):
 # The book's live run: one folder per settings digest, one cell per seed, resumed after a kill.
 
 def test_the_settings_digest_changes_with_the_settings_and_covers_the_code():
-    from posenc_ref.experiments import settings_digest
+    from posenc_ref.lab.settings import settings_digest
 
     assert settings_digest(TINY) == settings_digest(dataclasses.replace(TINY))
     assert len(settings_digest(TINY)) == 12 and int(settings_digest(TINY), 16) >= 0
@@ -318,16 +314,17 @@ def test_the_settings_digest_changes_with_the_settings_and_covers_the_code():
 def test_a_killed_live_run_resumes_and_trains_only_what_is_missing(tmp_path, monkeypatch):
     """The chapter's cell: a seed's runs in a folder named by the digest, resume=True; killed after its first
     run (a cell timeout), the next call trains only the runs that had not finished."""
-    from posenc_ref import experiments
+    from posenc_ref.lab import length_generalization
+    from posenc_ref.lab.settings import settings_digest
 
     seed_settings = dataclasses.replace(TINY, seeds=(1,))
-    folder = tmp_path / experiments.settings_digest(TINY) / "seed1"
+    folder = tmp_path / settings_digest(TINY) / "seed1"
     expected = [run.key for run in seed_settings.runs()]
     assert len(expected) == 2
     whole = run_length_generalization(seed_settings, out_dir=tmp_path / "whole", progress=False, verbose=False,
                                       plots=False)
     trained = []
-    original = experiments._train_and_score
+    original = length_generalization._train_and_score
 
     def killed_after_one_run(job):
         if trained:
@@ -335,7 +332,7 @@ def test_a_killed_live_run_resumes_and_trains_only_what_is_missing(tmp_path, mon
         trained.append(job.run.key)
         return original(job)
 
-    monkeypatch.setattr(experiments, "_train_and_score", killed_after_one_run)
+    monkeypatch.setattr(length_generalization, "_train_and_score", killed_after_one_run)
     with pytest.raises(KeyboardInterrupt):
         run_length_generalization(seed_settings, out_dir=folder, progress=False, verbose=False, plots=False,
                                   resume=True, save_models=True)
@@ -347,7 +344,7 @@ def test_a_killed_live_run_resumes_and_trains_only_what_is_missing(tmp_path, mon
         retrained.append(job.run.key)
         return original(job)
 
-    monkeypatch.setattr(experiments, "_train_and_score", counted)
+    monkeypatch.setattr(length_generalization, "_train_and_score", counted)
     rows = run_length_generalization(seed_settings, out_dir=folder, progress=False, verbose=False, plots=False,
                                      resume=True, save_models=True)
     assert retrained == expected[1:]  # the finished run is kept, not trained again
@@ -356,5 +353,5 @@ def test_a_killed_live_run_resumes_and_trains_only_what_is_missing(tmp_path, mon
     assert [entry["runs_computed"] for entry in provenance["invocations"]] == [1, 1]
     assert sorted(path.stem for path in (folder / "runs").glob("*.pt")) == sorted(expected)
     run = seed_settings.runs()[0]
-    model = experiments.load_trained_model(folder, seed_settings, run)
+    model = length_generalization.load_trained_model(folder, seed_settings, run)
     assert sum(parameter.numel() for parameter in model.parameters()) == rows[0]["parameters"]

@@ -1,4 +1,4 @@
-r"""Training and evaluating the tiny transformers of :mod:`posenc_ref.models` on :mod:`posenc_ref.tasks`.
+r"""Training and evaluating the tiny transformers of :mod:`posenc_ref.lab.models` on :mod:`posenc_ref.lab.tasks`.
 
 One sequence layout serves both model kinds. The model reads the prompt followed by the answer slots and
 predicts the answer tokens:
@@ -48,8 +48,8 @@ from posenc_ref._checks import (
     check_positive_int,
     check_probability,
 )
-from posenc_ref.models import TinyTransformer
-from posenc_ref.tasks import BLANK, TASKS, TaskBatch, make_batch
+from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.tasks import BLANK, TASKS, TaskBatch, make_batch
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
@@ -203,8 +203,8 @@ def train_model(
     """Train ``model`` on ``task`` in place (see the module docstring); returns a :class:`TrainResult`.
 
     Args:
-        model: a :class:`~posenc_ref.models.TinyTransformer` whose vocabulary covers the task's tokens.
-        task: a name in :data:`posenc_ref.tasks.TASKS`.
+        model: a :class:`~posenc_ref.lab.models.TinyTransformer` whose vocabulary covers the task's tokens.
+        task: a name in :data:`posenc_ref.lab.tasks.TASKS`.
         settings: lengths, steps, optimiser and stopping rule.
         seed: seeds the stream of training batches.
         device: where the model is moved and the batches are made.

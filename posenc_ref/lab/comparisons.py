@@ -13,7 +13,7 @@ A **finding** orders two kinds on one task and range (:func:`findings`): a paire
 seed trains both kinds on the same examples), Holm-corrected over every comparison of the family, so that the
 chance of one or more false orderings among them all is at most ``alpha``; and an effect-size floor: no
 ordering when the mean difference is below ``margin``, nor between two kinds whose means both lie below
-``floor`` (:func:`posenc_ref.evidence.paired_comparisons`).
+``floor`` (:func:`posenc_ref.lab.evidence.paired_comparisons`).
 
 A finding of one study **holds** in another run of the same grid when that run's paired mean difference over
 its own seeds points the same way and reaches the margin (:func:`agreement`); the live run of the book is too
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from posenc_ref.evidence import Comparison, paired_comparisons
-from posenc_ref.experiments import kind_label
+from posenc_ref.lab.evidence import Comparison, paired_comparisons
+from posenc_ref.lab.results import kind_label
 
 RANGE_NAMES: tuple[str, ...] = ("inside", "beyond", "far")
 """The ranges of sizes a run is read on: the training sizes, up to 2L, up to 3L."""
@@ -86,7 +86,7 @@ Key = tuple[str, str, str]
 
 
 def group_runs(rows: Iterable[Mapping[str, Any]]) -> dict[Key, dict[int, RunScores]]:
-    """The rows of a ``results.csv`` (:func:`posenc_ref.experiments.read_results`) as runs:
+    """The rows of a ``results.csv`` (:func:`posenc_ref.lab.results.read_results`) as runs:
     ``{(task, model, kind): {seed: RunScores}}``, in the order the rows first name them.
 
     Raises:

@@ -34,13 +34,14 @@ from typing import Any
 
 import torch
 
-from posenc_ref import sweep
 from posenc_ref._checks import check_choice, check_positive_float, check_positive_int
 from posenc_ref.attention import POSITION_KINDS, RopePosition
-from posenc_ref.experiments import LengthGeneralizationSettings, Run, load_trained_model
-from posenc_ref.models import TinyTransformer
-from posenc_ref.tasks import TASKS
-from posenc_ref.train import evaluate, resolve_device, train_model
+from posenc_ref.lab import sweep
+from posenc_ref.lab.length_generalization import load_trained_model
+from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.settings import LengthGeneralizationSettings, Run
+from posenc_ref.lab.tasks import TASKS
+from posenc_ref.lab.train import evaluate, resolve_device, train_model
 
 EXTENSION_METHODS: tuple[str, ...] = ("none", "pi", "ntk", "yarn", "dynamic")
 """The context-extension rules compared (see the module docstring)."""
@@ -98,7 +99,7 @@ def with_rope_extension(model: TinyTransformer, method: str, *, factor: float, o
 
 def model_input_length(task: str, length: int, *, causal: bool) -> int:
     """The number of tokens a model reads for an input of size ``length``: the sequence, less the last answer
-    token for a decoder (:func:`posenc_ref.train.model_inputs`)."""
+    token for a decoder (:func:`posenc_ref.lab.train.model_inputs`)."""
     return TASKS[task].sequence_length(length) - int(causal)
 
 
@@ -207,9 +208,10 @@ def run_context_extension(
 ) -> list[dict[str, Any]]:
     """Score the trained decoders of a sweep at ``factor * L`` with each rule, before and after a fine-tune.
 
-    ``models_dir`` is the output folder of :func:`~posenc_ref.experiments.run_length_generalization` run with
+    ``models_dir`` is the output folder of
+    :func:`~posenc_ref.lab.length_generalization.run_length_generalization` run with
     ``settings`` (ideally with ``save_models=True``); its rotary decoders (and the reference kinds') of every task
-    and seed are read, and those whose weights were not saved are trained again from their seed. Each (task, kind, seed) is one run of :func:`posenc_ref.sweep.run_sweep`, saved in
+    and seed are read, and those whose weights were not saved are trained again from their seed. Each (task, kind, seed) is one run of :func:`posenc_ref.lab.sweep.run_sweep`, saved in
     ``out_dir/runs/`` as it finishes (resumable); the rows go to ``out_dir/extension.csv`` with the columns of
     :data:`EXTENSION_COLUMNS`, and ``out_dir/provenance.json`` records the command, versions and wall time.
 
