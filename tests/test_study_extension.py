@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from study_data import COMMANDS, check_provenance
 
 from posenc_ref.lab.extension import EXTENSION_COLUMNS, EXTENSION_METHODS, ExtensionSettings
 from posenc_ref.lab.settings import LengthGeneralizationSettings
@@ -45,6 +46,7 @@ def test_context_extension_covers_every_rule_factor_and_seed(settings):
              row["length"]) for row in rows]
     assert len(keys) == len(set(keys)) and set(keys) == expected
     provenance = json.loads((EXTENSION / "provenance.json").read_text())
-    assert provenance["command"].startswith("python -m posenc_ref.experiments context-extension")
+    assert provenance["command"].startswith(tuple(f"{command}context-extension" for command in COMMANDS))
+    check_provenance(provenance)
     assert provenance["settings"]["length_generalization"] == json.loads((STUDY / "settings.json").read_text())
     assert provenance["settings"]["extension"]["finetune_steps"] == extension.finetune_steps

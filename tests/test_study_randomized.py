@@ -1,39 +1,36 @@
-"""The committed randomized-positions study (book/data/randomized-positions/): complete, traceable, fit checked.
+"""The committed randomized-positions study (book/data/randomized-positions/): complete, traceable, checked.
 
-Data produced by ``python -m posenc_ref.experiments length-generalization --randomized-study`` (the command
-is in provenance.json; it is ``python -m posenc_ref.lab`` now): the absolute and rotary decoders with and
-without randomized positions.
+The absolute and rotary decoders with and without randomized positions (``RANDOMIZED_SETTINGS``). Its runs
+without randomized positions have the settings and seeds of the main study's runs of the same kinds and tasks,
+so they are the same runs: the test checks that their rows are identical.
 """
 
-import csv
-import json
-from pathlib import Path
+from study_data import DATA, check_grid, check_provenance, saved
 
-from posenc_ref.lab.results import CSV_COLUMNS
-from posenc_ref.lab.settings import RANDOMIZED_SETTINGS, LengthGeneralizationSettings
+from posenc_ref.lab.settings import RANDOMIZED_SETTINGS
 
-REMEDY = Path(__file__).resolve().parents[1] / "book" / "data" / "randomized-positions"
+REMEDY = DATA / "randomized-positions"
 
 
-def test_the_remedy_is_complete_and_the_fit_criterion_was_applied():
-    provenance = json.loads((REMEDY / "provenance.json").read_text())
-    assert provenance["command"].startswith("python -m posenc_ref.experiments length-generalization")
-    assert "--randomized-study" in provenance["command"] and len(provenance["commit"]) == 40
-    settings = LengthGeneralizationSettings(**{key: tuple(value) if isinstance(value, list) else value
-                                               for key, value in provenance["settings"].items()})
+def test_the_remedy_is_the_randomized_setting_complete_and_checked():
+    settings, provenance, rows = saved(REMEDY)
     assert settings == RANDOMIZED_SETTINGS
-    with open(REMEDY / "results.csv", newline="") as file:
-        reader = csv.DictReader(file)
-        assert reader.fieldnames == list(CSV_COLUMNS)
-        rows = list(reader)
-    keys = [(row["task"], row["model"], row["position"], row["randomized"], row["seed"], row["length"])
-            for row in rows]
-    expected = {(run.task, run.model, run.position, str(run.randomized), str(run.seed), str(length))
-                for run in settings.runs() for length in settings.eval_lengths}
-    assert len(keys) == len(set(keys)) and set(keys) == expected
+    assert "--randomized-study" in provenance["command"]
+    check_provenance(provenance)
+    check_grid(settings, rows)
     assert {row["randomized"] for row in rows} == {"True", "False"}
-    for row in rows:
-        reached = row["reached_target"] == "True"
-        assert reached == (float(row["train_accuracy"]) >= settings.target_accuracy)
-        if not reached:
-            assert int(row["train_steps"]) == settings.max_steps
+
+
+def test_its_plain_runs_are_the_main_studys_runs():
+    _, _, rows = saved(REMEDY)
+    _, _, study_rows = saved(DATA / "length-generalization")
+
+    def key(row):
+        return row["task"], row["model"], row["position"], row["seed"], row["length"]
+
+    study = {key(row): row for row in study_rows}
+    plain = [row for row in rows if row["randomized"] == "False"]
+    assert plain
+    for row in plain:
+        measured = {name: value for name, value in row.items() if name != "train_seconds"}
+        assert measured == {name: value for name, value in study[key(row)].items() if name != "train_seconds"}

@@ -1,0 +1,148 @@
+"""Chapter 6's orderings, recomputed from the committed study and read back from the built page.
+
+The chapter states which position kind lies above which (``posenc_ref.lab.comparisons``). This test decides
+the same comparisons again from ``book/data/length-generalization/results.csv`` with its own code (the csv
+module, numpy, Student's t distribution in closed form, Holm's method written out) and checks that the built
+page (``make book`` writes ``_build/html/book/06_comparison.html``) states exactly those orderings, marks
+exactly the kinds that did not fit, and counts its comparisons and findings right. The page is read as a
+reader gets it: its HTML, tags stripped.
+"""
+
+import csv
+import html
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "book" / "data" / "length-generalization" / "results.csv"
+PAGE = ROOT / "_build" / "html" / "book" / "06_comparison.html"
+TASK_NAMES = {"copy": "copy", "bites": "who-bites-whom", "recall": "associative recall"}
+RANGES = {"n = 9..16": (9, 16), "n = 17..24": (17, 24)}
+INSIDE = (3, 8)
+ALPHA = MARGIN = FLOOR = 0.05
+TARGET = 0.99
+
+
+def t_two_sided_p(t, df):
+    """P(|T| >= |t|) for Student's t with an odd number of degrees of freedom, in closed form:
+    P(|T| < t) = (2 / pi) (theta + sin theta (cos theta + 2/3 cos^3 theta + ... )), theta = atan(t / sqrt(df)),
+    the series running to cos^(df - 2) with coefficients (2 * 4 * ... (2k)) / (3 * 5 * ... (2k + 1))."""
+    assert df % 2 == 1, "the closed form used here is for odd degrees of freedom"
+    theta = math.atan(abs(t) / math.sqrt(df))
+    series, term = 0.0, math.cos(theta)
+    for k in range(1, (df - 1) // 2 + 1):
+        series += term
+        term *= math.cos(theta) ** 2 * (2 * k) / (2 * k + 1)
+    return max(0.0, 1 - 2 / math.pi * (theta + math.sin(theta) * series))
+
+
+def test_the_closed_form_gives_the_tabulated_critical_values():
+    # Two-sided 5% and 1% points of Student's t with 9 degrees of freedom, and the Cauchy case (df = 1).
+    assert t_two_sided_p(2.262157, 9) == pytest.approx(0.05, abs=1e-6)
+    assert t_two_sided_p(3.249836, 9) == pytest.approx(0.01, abs=1e-6)
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5)
+
+
+def read_study():
+    """{(task, kind): {seed: {size: exact match}}} of the decoders."""
+    runs = {}
+    with open(STUDY, newline="") as file:
+        for row in csv.DictReader(file):
+            assert row["model"] == "decoder" and row["randomized"] == "False"
+            runs.setdefault((row["task"], row["position"]), {}).setdefault(int(row["seed"]), {})[
+                int(row["length"])] = float(row["accuracy"])
+    return runs
+
+
+def expected_findings(runs):
+    """The set of (task, range, higher, lower) orderings, decided independently of posenc_ref, and the count of
+    comparisons."""
+    tests = {}
+    tasks = list(dict.fromkeys(task for task, _ in runs))
+    for task, (range_name, (low, high)) in itertools.product(tasks, RANGES.items()):
+        kinds = [kind for run_task, kind in runs if run_task == task]
+        seeds = sorted(runs[task, kinds[0]])
+        scores = {kind: np.array([np.mean([v for n, v in runs[task, kind][seed].items() if low <= n <= high])
+                                  for seed in seeds]) for kind in kinds}
+        for one, other in itertools.combinations(kinds, 2):
+            higher, lower = (one, other) if scores[one].mean() >= scores[other].mean() else (other, one)
+            differences = scores[higher] - scores[lower]
+            spread = differences.std(ddof=1)
+            if spread <= 1e-12 * max(1.0, abs(differences.mean())):
+                p = 0.0 if differences.mean() != 0 else 1.0
+            else:
+                p = t_two_sided_p(differences.mean() / (spread / math.sqrt(len(seeds))), len(seeds) - 1)
+            tests[task, range_name, higher, lower] = (p, differences.mean(), scores[higher].mean(),
+                                                      scores[lower].mean())
+    # Holm: the k-th smallest p-value (from 0) is multiplied by (m - k); adjusted values never decrease.
+    ordered = sorted(tests, key=lambda key: tests[key][0])
+    adjusted, running = {}, 0.0
+    for index, key in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - index) * tests[key][0]))
+        adjusted[key] = running
+    findings = {key for key, (p, difference, high_mean, low_mean) in tests.items()
+                if adjusted[key] < ALPHA and difference >= MARGIN and not (high_mean < FLOOR and low_mean < FLOOR)}
+    return findings, len(tests)
+
+
+def unfitted(runs):
+    return {(task, kind) for (task, kind), by_seed in runs.items()
+            if any(min(curve[n] for n in range(INSIDE[0], INSIDE[1] + 1)) < TARGET for curve in by_seed.values())}
+
+
+def page_text(section_id, next_id):
+    source = PAGE.read_text()
+    start = source.index(f'id="{section_id}"')
+    end = source.index(f'id="{next_id}"', start)
+    cells = re.sub(r"</?(?:td|th|tr|li|p)\b[^>]*>", " ", source[start:end])  # cell and item boundaries: a space
+    text = re.sub(r"<[^>]+>", "", cells)  # inline tags (code, strong, em, span): nothing
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def stated_findings(text):
+    """The orderings the page states, as (task, range, higher, lower), and the kinds it marks with a dagger."""
+    stated, daggers = set(), set()
+    names = "|".join(re.escape(name) for name in TASK_NAMES.values())
+    items = rf"({names})\. (n = 9\.\.16: .*?) (n = 17\.\.24: .*?)(?= (?:{names})\. n = 9| The page makes|$)"
+    for match in re.finditer(items, text):
+        task = {name: key for key, name in TASK_NAMES.items()}[match.group(1)]
+        for part in match.group(2, 3):
+            range_name, sentence = part.split(": ", 1)
+            for kind in re.findall(r"(\w+) †", sentence):
+                daggers.add((task, kind))
+            for clause in re.findall(r"(\w+)(?: †)? lies above ([^;.]+)", sentence):
+                higher, lowers = clause
+                for lower in re.split(r", | and ", lowers):
+                    stated.add((task, range_name, higher, lower.replace(" †", "").strip()))
+    return stated, daggers
+
+
+needs_page = pytest.mark.skipif(not PAGE.exists(), reason="the book is not built (make book writes _build/html)")
+
+
+@needs_page
+def test_the_page_states_exactly_the_orderings_the_committed_data_support():
+    runs = read_study()
+    expected, comparisons = expected_findings(runs)
+    text = page_text("what-ten-seeds-separate", "does-it-hold-on-this-machine")
+    stated, daggers = stated_findings(text)
+    assert stated == expected
+    assert f"makes {comparisons} comparisons on the study and states {len(expected)} orderings" in text
+    # Every kind the page names in the findings with a dagger did not fit, and every such kind it names has one.
+    assert daggers <= unfitted(runs)
+
+
+@needs_page
+def test_the_page_marks_every_unfitted_kind_in_the_study_tables():
+    runs = read_study()
+    text = page_text("the-committed-study-three-tasks-every-kind-ten-seeds", "what-ten-seeds-separate")
+    for (task, kind) in runs:
+        marked = re.search(rf"{re.escape(TASK_NAMES[task])} {kind} † \d+/10", text)
+        plain = re.search(rf"{re.escape(TASK_NAMES[task])} {kind} \d+/10", text)
+        assert bool(marked) == ((task, kind) in unfitted(runs)), (task, kind)
+        assert marked or plain, f"{task}/{kind} is missing from the score table"
