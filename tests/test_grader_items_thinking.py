@@ -8,8 +8,10 @@ No kernel runs here. The expected answers are derived again here from the chapte
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, parameter_cells, source_cells
@@ -124,20 +126,214 @@ def test_5_7_the_planted_bug_is_detectable_with_the_tools_the_item_names():
     assert mystery(e0, torch.tensor([1]))[0, 2:].abs().max() == 0  # stays in pair 0: not the half layout
 
 
-def test_6_3_the_range_rule_separates_alibi_from_t5_only(monkeypatch):
-    solution = check_item(
-        "06_comparison", "seeds_answer", "seeds_test", "range_rule_separates",
-        [(False, True, False)],
-        [
-            ([True, True, True], "the means differ for every pair"),
-            ([True, True, False], "strictly above"),
-            ([False, True, True], "t5's best seed (0.40)"),
-            ([False, False, False], "every seed of alibi lies above every seed of t5"),
-            ([True, False, True], "wrong for the pairs 0, 1, 2"),
-        ],
-        monkeypatch,
-    )
-    assert solution == [False, True, False]
+# ---------------------------------------------------------------------------------------------------------
+# 6.3: the pairs that six seeds support, decided as chapter 6 decides them, derived here without posenc_ref
+# ---------------------------------------------------------------------------------------------------------
+
+SEEDS_KINDS = ("alibi", "t5", "rope", "sinusoidal")  # the question's pairs are their itertools.combinations
+ALPHA = MARGIN = FLOOR = 0.05
+
+
+def seeds_table() -> dict[str, list[float]]:
+    """The scores of 6.3, read from the table of its question: kind -> one score per seed."""
+    rows = {}
+    for line in source_cells("06_comparison")["seeds_question"].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] in SEEDS_KINDS:
+            rows[cells[0]] = [float(cell) for cell in cells[1:]]
+    assert list(rows) == list(SEEDS_KINDS)
+    return rows
+
+
+def t_two_sided_closed_form(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with a whole number df of degrees of freedom, from the closed forms of its
+    distribution: with theta = atan(|t| / sqrt(df)), for odd df
+    1 - (2 / pi) (theta + sin(theta) (cos(theta) + 2/3 cos(theta)**3 + ... + (2 4 ... (df - 3)) / (3 5 ... (df - 2))
+    cos(theta)**(df - 2))), and for even df 1 - sin(theta) (1 + 1/2 cos(theta)**2 + ... + (1 3 ... (df - 3)) /
+    (2 4 ... (df - 2)) cos(theta)**(df - 2)). For df = 2 that is 1 - |t| / sqrt(t**2 + 2)."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    sin, cos = math.sin(theta), math.cos(theta)
+    if df % 2:
+        series, term = 0.0, cos
+        for k in range(1, (df - 1) // 2):  # cos, then each term times cos**2 (2k) / (2k + 1)
+            series += term
+            term *= cos * cos * (2 * k) / (2 * k + 1)
+        series += term if df > 1 else 0.0
+        return 1.0 - 2.0 / math.pi * (theta + sin * series)
+    series, term = 0.0, 1.0
+    for k in range(1, df // 2):  # 1, then each term times cos**2 (2k - 1) / (2k)
+        series += term
+        term *= cos * cos * (2 * k - 1) / (2 * k)
+    return 1.0 - sin * (series + term)
+
+
+def t_two_sided_simpson(t: float, df: float, intervals: int = 200_000) -> float:
+    """P(|T| >= |t|) for any df > 0: one minus twice Simpson's integral of Student's density from 0 to |t|."""
+    x = np.linspace(0.0, abs(t), intervals + 1)
+    log_density = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+                   - (df + 1) / 2 * np.log1p(x * x / df))
+    weights = np.ones(intervals + 1)
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return 1.0 - 2.0 * float(weights @ np.exp(log_density)) * float(x[1] - x[0]) / 3.0
+
+
+def paired_t(a, b) -> tuple[float, int]:
+    """The paired t statistic of the per-seed differences a - b, and its degrees of freedom."""
+    d = np.asarray(a) - np.asarray(b)
+    return float(d.mean() / (d.std(ddof=1) / math.sqrt(d.size))), d.size - 1
+
+
+def pooled_t(a, b) -> tuple[float, int]:
+    """Student's unpaired t statistic with pooled variances, and its degrees of freedom."""
+    a, b = np.asarray(a), np.asarray(b)
+    pooled = ((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2)
+    return float((a.mean() - b.mean()) / math.sqrt(pooled * (1 / a.size + 1 / b.size))), a.size + b.size - 2
+
+
+def welch_t(a, b) -> tuple[float, float]:
+    """Welch's unpaired t statistic and its Welch-Satterthwaite degrees of freedom."""
+    a, b = np.asarray(a), np.asarray(b)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    return float((a.mean() - b.mean()) / math.sqrt(va + vb)), (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+
+
+def holm_adjusted(p_values, running_maximum: bool = True) -> list[float]:
+    """Holm's step-down adjustment: the k-th smallest of m p-values times m - k + 1 (k from 1), capped at 1, and
+    made non-decreasing in that order (unless ``running_maximum`` is False: a mistake 6.3 names)."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        value = min(1.0, (len(p_values) - rank) * p_values[index])
+        running = max(running, value) if running_maximum else value
+        adjusted[index] = running
+    return adjusted
+
+
+def seeds_decisions(scores, adjusted, effect: bool = True) -> list[bool]:
+    """For each pair: adjusted p below alpha and, with ``effect``, a mean difference of at least the margin
+    between two kinds not both below the floor."""
+    decided = []
+    for (a, b), p in zip(itertools.combinations(scores, 2), adjusted, strict=True):
+        mean_a, mean_b = float(np.mean(scores[a])), float(np.mean(scores[b]))
+        big_enough = abs(mean_a - mean_b) >= MARGIN and not (mean_a < FLOOR and mean_b < FLOOR)
+        decided.append(bool(p < ALPHA and (big_enough or not effect)))
+    return decided
+
+
+def seeds_derivation() -> dict:
+    """Every answer 6.3 expects or names, derived from the question's table with numpy and closed forms: the
+    adjusted p-values and the orderings, each as ``(a fragment of the message that names it, the answer)``, the
+    expected ones under ``"expected"``."""
+    scores = seeds_table()
+    pairs = list(itertools.combinations(scores, 2))
+    tests = {name: [statistic(scores[a], scores[b]) for a, b in pairs]
+             for name, statistic in (("paired", paired_t), ("pooled", pooled_t), ("welch", welch_t))}
+    assert {df for _, df in tests["paired"]} == {5} and {df for _, df in tests["pooled"]} == {10}
+    raw = {
+        "paired": [t_two_sided_closed_form(t, df) for t, df in tests["paired"]],
+        "pooled": [t_two_sided_closed_form(t, df) for t, df in tests["pooled"]],
+        "welch": [t_two_sided_simpson(t, df) for t, df in tests["welch"]],
+    }
+    for name in ("paired", "pooled"):  # the closed forms against the integral of the density
+        assert raw[name] == pytest.approx([t_two_sided_simpson(t, df) for t, df in tests[name]], abs=1e-9), name
+    one_sided = holm_adjusted([p / 2 for p in raw["paired"]])
+    expected_p = holm_adjusted(raw["paired"])
+    p_values = [
+        ("the p-values before the correction", raw["paired"]),
+        ("Bonferroni", [min(1.0, len(pairs) * p) for p in raw["paired"]]),
+        ("never decrease", holm_adjusted(raw["paired"], running_maximum=False)),
+        ("unpaired test (Welch's)", holm_adjusted(raw["welch"])),
+        ("unpaired test (with pooled variances)", holm_adjusted(raw["pooled"])),
+        ("one-sided", one_sided),
+        ("unpaired tests (Welch's), before the correction", raw["welch"]),
+        ("unpaired tests (with pooled variances), before the correction", raw["pooled"]),
+    ]
+    ranges = [min(scores[a]) > max(scores[b]) or min(scores[b]) > max(scores[a]) for a, b in pairs]
+    orderings = [
+        ("range rule", ranges),
+        ("an unpaired test sets", seeds_decisions(scores, holm_adjusted(raw["welch"]))),
+        ("which an unpaired test misses", seeds_decisions(scores, raw["welch"])),
+        ("which an unpaired test misses", seeds_decisions(scores, holm_adjusted(raw["pooled"]))),
+        ("which an unpaired test misses", seeds_decisions(scores, raw["pooled"])),
+        ("pass a test on their own", seeds_decisions(scores, raw["paired"])),
+        ("pass a test on their own", seeds_decisions(scores, one_sided)),
+        ("less than the margin", seeds_decisions(scores, expected_p, effect=False)),
+        ("never decrease", seeds_decisions(scores, holm_adjusted(raw["paired"], running_maximum=False))),
+        ("the means differ for every pair", [True] * len(pairs)),
+        ("alibi lies above t5, rope and sinusoidal", [False] * len(pairs)),
+    ]
+    return {"scores": scores, "pairs": pairs, "raw": raw, "p_values": p_values, "orderings": orderings,
+            "expected": (expected_p, seeds_decisions(scores, expected_p))}
+
+
+def test_6_3_expects_the_paired_holm_corrected_decision_and_names_the_range_rule_unpaired_and_uncorrected_answers():
+    """The expected p-values and orderings derived again with numpy and the closed forms of Student's t (5 and 10
+    degrees of freedom) or its integral (Welch's), against posenc_ref.lab.evidence and the hidden test's constants;
+    the range rule, the unpaired tests and the uncorrected test each give another answer, which the hidden test
+    lists with its own message, and so does every other listed mistake."""
+    from posenc_ref.lab.evidence import holm, paired_comparisons, paired_t_test
+
+    derived = seeds_derivation()
+    scores, pairs, (expected_p, expected_order) = derived["scores"], derived["pairs"], derived["expected"]
+    reference = {pair: paired_t_test(scores[pair[0]], scores[pair[1]]).p_value for pair in pairs}
+    assert derived["raw"]["paired"] == pytest.approx(list(reference.values()), rel=1e-9, abs=1e-12)
+    assert expected_p == pytest.approx(list(holm(reference).values()), rel=1e-9, abs=1e-12)
+    findings = paired_comparisons({"far": scores}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
+    assert [(comparison.higher, comparison.lower) for comparison in findings] == pairs
+    assert [comparison.finding for comparison in findings] == expected_order
+
+    constants = hidden_constants("06_comparison", "seeds_test")
+    assert constants["EXPECTED_ADJUSTED_P"] == pytest.approx(expected_p, abs=1e-6)
+    assert constants["EXPECTED"] == expected_order == [True, True, True, False, False, False]
+    # What each rule of the chapter changes: pairing finds alibi above t5 where their ranges overlap, the
+    # correction drops t5's two pairs, which pass uncorrected, and the floor drops rope against sinusoidal.
+    first = dict(reversed(derived["orderings"]))  # by fragment: the range rule, Welch's test with Holm's, ...
+    range_rule, unpaired, uncorrected = (first[name] for name in ("range rule", "an unpaired test sets",
+                                                                   "pass a test on their own"))
+    assert not range_rule[0] and range_rule[4] and not unpaired[0]
+    assert max(derived["raw"]["paired"][3:5]) < ALPHA <= min(expected_p[3:5]) and uncorrected[3] and uncorrected[4]
+    assert expected_p[5] < ALPHA and not expected_order[5]
+
+    listed = constants["MISTAKES_ADJUSTED_P"]
+    assert len(listed) == len(derived["p_values"])
+    for description, values in listed:
+        (derived_values,) = [values for fragment, values in derived["p_values"] if fragment in description]
+        assert values == pytest.approx(derived_values, abs=1e-6), description
+    named = [values for _, values in listed] + [constants["EXPECTED_ADJUSTED_P"]]
+    for first, second in itertools.combinations(named, 2):  # no answer lies within the tolerance of two of these
+        assert max(abs(a - b) for a, b in zip(first, second, strict=True)) > 2 * constants["TOLERANCE"]
+
+    messages = {tuple(wrong): message for wrong, message in constants["MISTAKES"]}
+    assert len(messages) == len(constants["MISTAKES"]) and tuple(expected_order) not in messages
+    for fragment, answer in derived["orderings"]:
+        assert fragment in messages[tuple(answer)], (fragment, answer)
+    assert set(messages) == {tuple(answer) for _, answer in derived["orderings"]}
+    assert len({tuple(range_rule), tuple(unpaired), tuple(uncorrected)}) == 3
+
+
+def test_6_3_alibi_lies_above_the_other_three_and_no_other_pair_is_ordered(monkeypatch):
+    solution = solution_namespace("06_comparison", "seeds_answer")
+    adjusted_p, ordered_pairs = solution["adjusted_p"], solution["ordered_pairs"]
+    assert ordered_pairs == [True, True, True, False, False, False]
+    right = {"adjusted_p": adjusted_p, "ordered_pairs": ordered_pairs}
+    for values in (right, {"adjusted_p": tuple(round(p, 3) for p in adjusted_p), "ordered_pairs": tuple(ordered_pairs)},
+                   {"adjusted_p": [np.float64(p) for p in adjusted_p], "ordered_pairs": ordered_pairs}):
+        assert grade_item(monkeypatch, "06_comparison", "seeds_test", values=values) == (True, "")
+    derived = seeds_derivation()
+    wrong = [({"adjusted_p": values}, fragment) for fragment, values in derived["p_values"]]
+    wrong += [({"ordered_pairs": answer}, fragment) for fragment, answer in derived["orderings"]]
+    wrong += [
+        ({"adjusted_p": [round(p, 2) for p in adjusted_p]}, "entry 3: got 0.07, expected 0.067262"),
+        ({"ordered_pairs": [True, False, True, False, True, False]}, "wrong for the pairs 1, 4 (counted from 0)"),
+        ({"ordered_pairs": [True, True, True, False, False]}, f"{VISIBLE_FAILURE}ordered_pairs must have 6 entries"),
+        ({"ordered_pairs": [1, 1, 1, 0, 0, 0]}, f"{VISIBLE_FAILURE}every entry of ordered_pairs must be True or False"),
+        ({"adjusted_p": [0.0, 0.02, 0.02, 0.07, 0.07, 1.5]}, f"{VISIBLE_FAILURE}an adjusted p-value lies between 0 and 1"),
+    ]
+    for change, fragment in wrong:
+        passed, message = grade_item(monkeypatch, "06_comparison", "seeds_test", values={**right, **change})
+        assert not passed and fragment in message, (change, message)
+        if not fragment.startswith(VISIBLE_FAILURE):  # the message names the variable that is wrong
+            assert message.startswith(f"{next(iter(change))}: "), (change, message)
 
 
 def test_6_4_shaw_materializes_12288_mib_where_t5_adds_48(monkeypatch):
@@ -178,7 +374,7 @@ def expected(assignment: str, test_id: str) -> list:
 def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
     """Each constant written in a hidden test, derived again with the reference package (and T5's buckets with
     Hugging Face transformers, where it is installed)."""
-    from posenc_ref.lab.evidence import rank
+    from posenc_ref.lab.evidence import paired_comparisons
     from posenc_ref.relative import alibi_bias, relative_position_bucket
     from posenc_ref.rope import rope_frequencies
 
@@ -216,10 +412,8 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
     for last in (8191, 8192):
         assert expected("05_rope", "slow_pairs_test") == [int((inv_freq.double() * last < 2 * math.pi).sum())]
 
-    ranking = rank({"alibi": [0.62, 0.71, 0.55, 0.68, 0.66], "rope": [0.41, 0.55, 0.47, 0.38, 0.52],
-                    "t5": [0.12, 0.30, 0.21, 0.05, 0.40]})
-    pairs = (("alibi", "rope"), ("alibi", "t5"), ("rope", "t5"))
-    assert expected("06_comparison", "seeds_test") == [ranking.separated(a, b) for a, b in pairs]
+    findings = paired_comparisons({"far": seeds_table()}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
+    assert expected("06_comparison", "seeds_test") == [comparison.finding for comparison in findings]
 
 
 # ---------------------------------------------------------------------------------------------------------
