@@ -13,11 +13,13 @@ MATHJAX := $(VENDOR)/mathjax/es5/tex-chtml.js
 # What tex-chtml.js loads: its fonts, the TeX packages it autoloads, and the accessibility tools of its menu.
 MATHJAX_PARTS := es5/tex-chtml.js es5/output/chtml/fonts es5/input/tex/extensions es5/a11y es5/sre
 # The chapters' outputs depend on posenc_ref and on the studies committed in book/data, but the execution cache
-# is keyed on the cells' code only: a change of this hash clears the cache (and Sphinx's environment, so that
+# is keyed on the cells' code only: a change of either hash clears the cache (and Sphinx's environment, so that
 # every chapter is read again).
 CODE_HASH_FILE := _build/.posenc_ref.hash
+DATA_HASH_FILE := _build/.data.hash
 # Chapter 6's live run keeps each trained model here, so that a build stopped midway continues; its folders are
-# named by the settings and posenc_ref's code, and cleared with the cache when posenc_ref changes.
+# named by the settings and posenc_ref's code, and cleared with the cache when posenc_ref changes (not when only
+# book/data does: the runs do not depend on it).
 LIVE_RUNS := _build/live-runs
 CHROMIUM := /usr/bin/chromium
 # axe-core, the accessibility checker that the browser test (tests/test_book_a11y.py) runs on every page;
@@ -76,12 +78,17 @@ postgresql:
 # pages it does not read again, so the next build reads every page (executed notebooks stay cached).
 book: $(INSTALLED) $(MATHJAX)
 	@mkdir -p _build
-	@code_hash=$$({ find posenc_ref -name '*.py'; find book/data -type f ! -name '*.pt'; } | LC_ALL=C sort | xargs sha256sum requirements.txt | sha256sum); \
+	@code_hash=$$(find posenc_ref -name '*.py' | LC_ALL=C sort | xargs sha256sum requirements.txt | sha256sum); \
+	data_hash=$$(find book/data -type f ! -name '*.pt' | LC_ALL=C sort | xargs sha256sum | sha256sum); \
 	if [ "$$code_hash" != "$$(cat $(CODE_HASH_FILE) 2>/dev/null)" ]; then \
-		echo "posenc_ref, book/data or requirements.txt changed: every chapter will be executed again"; \
+		echo "posenc_ref or requirements.txt changed: every chapter will be executed again"; \
 		rm -rf _build/.jupyter_cache _build/.doctrees $(LIVE_RUNS); \
 		echo "$$code_hash" > $(CODE_HASH_FILE); \
-	fi
+	elif [ "$$data_hash" != "$$(cat $(DATA_HASH_FILE) 2>/dev/null)" ]; then \
+		echo "book/data changed: every chapter will be executed again (chapter 6 keeps its trained live runs)"; \
+		rm -rf _build/.jupyter_cache _build/.doctrees; \
+	fi; \
+	echo "$$data_hash" > $(DATA_HASH_FILE)
 	@# matplotlib builds its font cache on first import and says so on stderr; not inside a chapter.
 	$(BIN)/python -c "import matplotlib.pyplot"
 	$(BIN)/jupyter-book build . --builder html -W -n --keep-going || { rm -rf _build/.doctrees; exit 1; }
