@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     formgrader.add_argument("--no-browser", action="store_true", help="do not open a browser")
 
     feedback = commands.add_parser(
-        "feedback", help="hand grades from the gradebook into grades.csv, items.csv and the feedback pages"
+        "feedback", help="hand grades from the gradebook into grades.csv, items.csv, report.txt and the feedback pages"
     )
     feedback.add_argument("--out", type=Path, required=True, help="the --out folder of grade")
 
@@ -231,7 +231,7 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
             results = refresh(arguments.out)
             hand_graded = sum(has_hand_grade(result) for result in results)
             print(
-                f"wrote grades.csv and items.csv in {arguments.out}, and the feedback pages of the "
+                f"wrote grades.csv, items.csv and report.txt in {arguments.out}, and the feedback pages of the "
                 f"{hand_graded} submission(s) with a hand grade"
             )
             return 0

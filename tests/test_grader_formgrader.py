@@ -156,6 +156,15 @@ def _check_hand_grade_everywhere(out: Path) -> None:
     assert f"Score: {AUTOGRADED_POINTS['full'] + HAND_POINTS:.1f} / 16.0" in page
     assert f"Score: {HAND_POINTS:.1f} / 3.0" in page and COMMENT in page
     assert "Content-Security-Policy" in page
+    report = (out / "report.txt").read_text(encoding="utf-8").splitlines()
+    full = report.index(f"full/{ASSIGNMENT}: {AUTOGRADED_POINTS['full'] + HAND_POINTS:g} / 16")
+    assert report[full + 1] == f"  graded by hand: 4.6 ({HAND_POINTS:g} / 3)"
+    mistakes = report.index(f"mistakes/{ASSIGNMENT}: {AUTOGRADED_POINTS['mistakes']:g} / 16")
+    assert report[mistakes + 1] == "  waiting for a hand grade: 4.6 (3 points, counted 0 until graded)"
+    waiting = [line for line in report if line.startswith(f"- {ASSIGNMENT} 4.6 waits for a hand grade in ")]
+    assert len(waiting) == 1, report
+    assert "mistakes" in waiting[0].rsplit(": ", 1)[1].split(", ")
+    assert "full" not in waiting[0].rsplit(": ", 1)[1].split(", ")
 
 
 def _new_files_in_repository() -> set[str]:
@@ -186,8 +195,13 @@ def test_grading_again_and_regrading_keep_a_hand_grade_in_every_output(tmp_path)
 
     submissions, out = tmp_path / "class", tmp_path / "graded"
     write_full_and_mistakes(submissions, ASSIGNMENT)
+    (submissions / "notes.ipynb").write_text("{}")  # not a submission: grade warns, and feedback keeps the warning
+    stray = "- notes.ipynb: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb"
     _grade(submissions, out, "--jobs", "2")
     assert _item(out, "full", WRITTEN)["status"] == "manual"
+    graded_report = (out / "report.txt").read_text(encoding="utf-8").splitlines()
+    assert graded_report[:2] == ["Warnings:", stray], graded_report[:5]
+    assert f"- {ASSIGNMENT} 4.6 waits for a hand grade in 2 of 2 submissions: full, mistakes" in graded_report
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}", course_id="posenc") as gradebook:
         grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full")
         grade.manual_score, grade.needs_manual_grade = HAND_POINTS, False
@@ -195,6 +209,7 @@ def test_grading_again_and_regrading_keep_a_hand_grade_in_every_output(tmp_path)
         gradebook.db.commit()
     _feedback(out)
     _check_hand_grade_everywhere(out)
+    assert (out / "report.txt").read_text(encoding="utf-8").splitlines()[:2] == ["Warnings:", stray]
     _grade(submissions, out, "--jobs", "2")  # the results are reused: nothing changed
     _check_hand_grade_everywhere(out)
     _grade(submissions, out, "--jobs", "2", "--regrade")  # every notebook runs again

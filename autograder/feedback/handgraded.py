@@ -6,6 +6,8 @@ writes again, in DIR:
 
 - ``grades.csv`` and ``items.csv``: each hand-graded item with its manual score, status ``hand-graded`` and the
   instructor's comment as its message (:func:`autograder.gradebook.with_hand_grades`);
+- ``report.txt``: the same totals, each submission's items graded by hand and those still waiting, and the
+  warnings of the ``grade`` that wrote DIR, kept as they were;
 - ``feedback/<student>/<assignment>/<assignment>.html`` of every submission with a hand grade: nbgrader's
   feedback page made again from the autograded notebook (already cleaned) and the class's gradebook, so it shows the manual scores and
   comments, with the grader's notes and Content-Security-Policy as ``grade`` wrote them.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from autograder.course import load_config, run_app
 from autograder.feedback.pages import add_notes
-from autograder.feedback.reports import write_csvs
+from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
 from autograder.types import NOT_SUBMITTED, Item, Result
 
 
@@ -90,9 +92,20 @@ def with_unsubmitted(results: list[Result]) -> list[Result]:
     return sorted(results, key=lambda result: (result.assignment, result.student))
 
 
+def item_numbers(assignments: set[str]) -> Labels:
+    """Per assignment, the number a student reads for each graded cell (``"4.6"``), from the source notebook."""
+    import nbformat
+
+    from autograder import source_notebook
+    from autograder.progress import item_labels
+
+    return {assignment: item_labels(nbformat.read(source_notebook(assignment), as_version=4).cells)
+            for assignment in sorted(assignments)}
+
+
 def refresh(out: Path) -> list[Result]:
     """``python -m autograder feedback --out DIR``: the hand grades of the class's gradebook into DIR's
-    ``grades.csv``, ``items.csv`` and feedback pages; returns the results written.
+    ``grades.csv``, ``items.csv``, ``report.txt`` and feedback pages; returns the results written.
 
     Raises:
         ValueError: ``out`` is not a folder that ``grade`` wrote, or its gradebook cannot be opened.
@@ -121,6 +134,8 @@ def refresh(out: Path) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix=".autograder-reports-", dir=out) as staging_name:
         staging = Path(staging_name)
         write_csvs(results, staging)
-        for name in ("grades.csv", "items.csv"):
+        labels = item_numbers({result.assignment for result in results})
+        write_report(results, report_warnings(out / "report.txt"), staging, labels)
+        for name in ("grades.csv", "items.csv", "report.txt"):
             os.replace(staging / name, out / name)
     return results

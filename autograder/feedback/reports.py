@@ -118,6 +118,23 @@ def _hand_grade_lines(result: Result, labels: Labels) -> list[str]:
     return lines
 
 
+def report_warnings(report: Path) -> list[str]:
+    """The warnings of a ``report.txt`` that :func:`write_report` wrote (its ``Warnings:`` block), as written;
+    none if the file is missing. Every warning is one line there (:func:`report_text`), so the block ends at
+    the first line that is not ``- <warning>``."""
+    if not report.is_file():
+        return []
+    lines = report.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[0] != "Warnings:":
+        return []
+    warnings = []
+    for line in lines[1:]:
+        if not line.startswith("- "):
+            break
+        warnings.append(line[2:])
+    return warnings
+
+
 def write_report(results: list[Result], warnings_found: list[str], out: Path, labels: Labels | None = None) -> None:
     """``report.txt``: one line per warning, per written answer waiting for a hand grade, per submission (its
     score, with the hand grades given so far) and per note, control characters escaped. ``labels``: per
