@@ -33,6 +33,9 @@ grader's reports name an item as the notebook does (``2.2``, ``Quiz 1``) rather 
 from __future__ import annotations
 
 import ast
+import decimal
+import math
+import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -46,6 +49,25 @@ PASSED, NOT_ANSWERED, FAILED = "passed", "not answered", "failed"
 WRITTEN = "written answer"
 NOT_RUN = "not run"
 MAX_REASON = 300
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a finite real number of a kind the hidden tests read: ``int`` (not ``bool``),
+    ``float`` and its subclasses (``numpy.float64``), numpy's other real scalars, ``fractions.Fraction``,
+    ``decimal.Decimal`` and sympy's numbers (``Rational(3, 4)``, ``Integer(12)``, ``Float``).
+
+    The visible tests use it, so that an exact answer the students' guide accepts is not refused by the form
+    check before the hidden test reads it exactly (:func:`autograder.answers.as_number`)."""
+    if isinstance(value, bool):
+        return False
+    kind = type(value)
+    is_sympy_number = kind.__module__.startswith("sympy.") and bool(getattr(value, "is_Number", False))
+    if not (isinstance(value, (numbers.Real, decimal.Decimal)) or is_sympy_number):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError, decimal.InvalidOperation):
+        return False
 
 
 class NotAnswered(AssertionError):
