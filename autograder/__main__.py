@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default: c.AutograderVariants.enabled of nbgrader_config.py)",
     )
     grade.add_argument(
+        "--withhold-answers",
+        action="store_true",
+        help="a wrong answer's feedback says only that it is wrong, not why (for feedback released while "
+        "resubmission is open; see book/guide_instructors.md, 'When to release feedback')",
+    )
+    grade.add_argument(
         "--timeout",
         type=positive_int,
         default=None,
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                 scheduler=arguments.scheduler,
                 regrade=arguments.regrade,
                 variants=None if arguments.variants is None else arguments.variants == "on",
+                withhold_answers=arguments.withhold_answers,
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)

@@ -46,6 +46,7 @@ from typing import Any
 __all__ = [
     "AnswerError",
     "ExactNumber",
+    "FormError",
     "ReportedNumber",
     "UnreadableNumber",
     "as_bool",
@@ -70,7 +71,16 @@ __all__ = [
 
 
 class AnswerError(AssertionError):
-    """A wrong or malformed answer; the message is the feedback the student reads."""
+    """A wrong or malformed answer; the message is the feedback the student reads.
+
+    Raised as such, it is a verdict on the answer's value (a named mistake, a wrong entry, the explanation of a
+    quiz), which may say what the right answer is: ``grade --withhold-answers`` replaces its message. A malformed
+    answer raises the subclass :class:`FormError`."""
+
+
+class FormError(AnswerError):
+    """An answer of the wrong form (its type, its length or shape, a value that is not finite, an expression
+    the grader cannot read): the message says what is asked for, never what is right, and is always shown."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -188,7 +198,7 @@ class UnreadableNumber:
         self.message = message
 
     def __float__(self) -> float:
-        raise AnswerError(self.message)
+        raise FormError(self.message)
 
     def __repr__(self) -> str:
         return f"<{self.message}>"
@@ -200,7 +210,7 @@ _NOT_FINITE_SYMPY = frozenset({"oo", "-oo", "zoo", "nan"})
 
 def _finite(number: float, reported: ReportedNumber) -> float:
     if not math.isfinite(number):
-        raise AnswerError(f"{reported.name} is {reported.text}, which is not a finite number")
+        raise FormError(f"{reported.name} is {reported.text}, which is not a finite number")
     return number
 
 
@@ -214,53 +224,53 @@ def reported_number_value(reported: ReportedNumber) -> int | float:
     """
     name, kind, text = reported.name, reported.kind, reported.text
     if len(text) > MAX_EXACT_TEXT:
-        raise AnswerError(f"{name} is a {kind} number written with more than {MAX_EXACT_TEXT} characters")
+        raise FormError(f"{name} is a {kind} number written with more than {MAX_EXACT_TEXT} characters")
     if kind == "fraction":
         match = re.fullmatch(rf"(-?[0-9]{{1,{MAX_DIGITS}}})/([0-9]{{1,{MAX_DIGITS}}})", text)
         if match is None or int(match[2]) == 0:
-            raise AnswerError(f"{name} is a fraction the grader cannot read ({text[:40]!r})")
+            raise FormError(f"{name} is a fraction the grader cannot read ({text[:40]!r})")
         value = fractions.Fraction(int(match[1]), int(match[2]))
         if value.denominator == 1:
             return int(value)
         try:
             return _finite(float(value), reported)
         except OverflowError:
-            raise AnswerError(f"{name} is a fraction too large for a float") from None
+            raise FormError(f"{name} is a fraction too large for a float") from None
     if kind == "decimal":
         if _DECIMAL.fullmatch(text) is None:
-            raise AnswerError(f"{name} is Decimal({text[:40]!r}), which is not a finite number")
+            raise FormError(f"{name} is Decimal({text[:40]!r}), which is not a finite number")
         value = decimal.Decimal(text)
         if "." not in text and "E" not in text:
             return int(value)
         return _finite(float(value), reported)
     if kind == "sympy":
         if text in _NOT_FINITE_SYMPY:
-            raise AnswerError(f"{name} is the sympy value {text}, which is not a finite number")
+            raise FormError(f"{name} is the sympy value {text}, which is not a finite number")
         if re.search(r"\bI\b", text):
-            raise AnswerError(f"{name} is {text}, which is not a real number")
+            raise FormError(f"{name} is {text}, which is not a real number")
         expression = parse_expression(text, name)
         if expression.is_Integer:
             return int(expression)
         value = _sympy().N(expression, 30)
         if not value.is_real:
-            raise AnswerError(f"{name} is {text}, which is not a real number")
+            raise FormError(f"{name} is {text}, which is not a real number")
         return _finite(float(value), reported)
-    raise AnswerError(f"{name} is a number of an unknown kind")
+    raise FormError(f"{name} is a number of an unknown kind")
 
 
 def _plain(value: Any, name: str) -> Any:
     """``value`` as an int, a float or nested lists of them; only exact, known types are read."""
     kind = type(value)
     if kind is bool:
-        raise AnswerError(f"{name} is the bool {value}; give a number")
+        raise FormError(f"{name} is the bool {value}; give a number")
     if kind is int:
         return value
     if kind is float:
         return value
     if kind is complex:
-        raise AnswerError(f"{name} is the complex number {value}; give a real number")
+        raise FormError(f"{name} is the complex number {value}; give a real number")
     if kind is UnreadableNumber:
-        raise AnswerError(value.message)
+        raise FormError(value.message)
     if exact_kind(value) is not None:
         return ExactNumber(name, value)
     if kind in _numpy_real_scalar_types():
@@ -269,13 +279,13 @@ def _plain(value: Any, name: str) -> Any:
         return [_plain(item, f"{name}[{index}]") for index, item in enumerate(value)]
     if kind is _numpy_array_type():
         if value.dtype.kind not in "fiu":
-            raise AnswerError(f"{name} is a numpy array of dtype {value.dtype}; give real numbers")
+            raise FormError(f"{name} is a numpy array of dtype {value.dtype}; give real numbers")
         return value.tolist()
     if kind in _torch_tensor_types():
         if value.is_complex() or value.dtype is sys.modules["torch"].bool:
-            raise AnswerError(f"{name} is a tensor of dtype {value.dtype}; give real numbers")
+            raise FormError(f"{name} is a tensor of dtype {value.dtype}; give real numbers")
         return value.detach().cpu().tolist()
-    raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected {_ALLOWED_NUMBERS}")
+    raise FormError(f"{name} is an object of type {_type_name(value)}; expected {_ALLOWED_NUMBERS}")
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -284,14 +294,14 @@ def _shape(value: Any) -> tuple[int, ...]:
         return ()
     shapes = {_shape(item) for item in value}
     if len(shapes) > 1:
-        raise AnswerError("the answer is a ragged list (rows of different lengths)")
+        raise FormError("the answer is a ragged list (rows of different lengths)")
     return (len(value), *(shapes.pop() if shapes else ()))
 
 
 def _check_finite(values: Any, name: str) -> None:
     for item in _flatten(values):
         if type(item) is not ExactNumber and not math.isfinite(item):
-            raise AnswerError(f"{name} contains {item}; every entry must be a finite number")
+            raise FormError(f"{name} contains {item}; every entry must be a finite number")
 
 
 def _flatten(values: Any) -> list[float]:
@@ -331,11 +341,11 @@ def as_nested(value: Any, name: str, shape: Sequence[int]) -> Any:
     """
     entries = _too_many_entries(value, MAX_ENTRIES)
     if entries is not None:
-        raise AnswerError(f"{name} has {entries} entries; at most {MAX_ENTRIES} are read")
+        raise FormError(f"{name} has {entries} entries; at most {MAX_ENTRIES} are read")
     plain = _plain(value, name)
     actual = _shape(plain)
     if actual != tuple(shape):
-        raise AnswerError(f"{name} has shape {actual}, but shape {tuple(shape)} is asked for")
+        raise FormError(f"{name} has shape {actual}, but shape {tuple(shape)} is asked for")
     _check_finite(plain, name)
     return plain
 
@@ -356,7 +366,7 @@ def as_integer(value: Any, name: str) -> int:
     number = as_nested(value, name, ())
     if type(number) is float:
         if not number.is_integer():
-            raise AnswerError(f"{name} is {number}, which is not a whole number")
+            raise FormError(f"{name} is {number}, which is not a whole number")
         return int(number)
     return number
 
@@ -374,7 +384,7 @@ def as_table(value: Any, name: str, shape: tuple[int, int]) -> list[list[float]]
 def as_text(value: Any, name: str) -> str:
     """A string (exactly ``str``, not a subclass), returned as a new plain ``str``."""
     if type(value) is not str:
-        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected a string (str)")
+        raise FormError(f"{name} is an object of type {_type_name(value)}; expected a string (str)")
     return str.__str__(value)
 
 
@@ -384,14 +394,14 @@ def as_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     by_key = {choice.lower(): choice for choice in choices}
     if text.lower() not in by_key:
         allowed = ", ".join(repr(choice) for choice in by_key.values())
-        raise AnswerError(f"{name} is {text!r}; answer with one of {allowed}")
+        raise FormError(f"{name} is {text!r}; answer with one of {allowed}")
     return by_key[text.lower()]
 
 
 def as_text_set(value: Any, name: str, choices: Iterable[str]) -> frozenset[str]:
     """A set of choices given as a set, frozenset, list or tuple of strings (case and spaces ignored)."""
     if type(value) not in (set, frozenset, list, tuple):
-        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected a set of strings")
+        raise FormError(f"{name} is an object of type {_type_name(value)}; expected a set of strings")
     choices = tuple(choices)
     return frozenset(as_choice(item, f"an element of {name}", choices) for item in list(value))
 
@@ -399,21 +409,21 @@ def as_text_set(value: Any, name: str, choices: Iterable[str]) -> frozenset[str]
 def as_bool(value: Any, name: str) -> bool:
     """``True`` or ``False`` (exactly ``bool``)."""
     if type(value) is not bool:
-        raise AnswerError(f"{name} is an object of type {_type_name(value)}; expected True or False")
+        raise FormError(f"{name} is an object of type {_type_name(value)}; expected True or False")
     return value is True
 
 
 def call(function: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the student's function; an exception becomes an AnswerError that names the call."""
     if not callable(function):
-        raise AnswerError(f"{name} is not a function (got an object of type {_type_name(function)})")
+        raise FormError(f"{name} is not a function (got an object of type {_type_name(function)})")
     try:
         return function(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 (the student's code may raise anything; the feedback names it)
         shown = ", ".join(
             [*(_short(arg) for arg in args), *(f"{key}={_short(v)}" for key, v in kwargs.items())]
         )
-        raise AnswerError(f"{name}({shown}) raised {type(error).__name__}: {error}") from None
+        raise FormError(f"{name}({shown}) raised {type(error).__name__}: {error}") from None
 
 
 def _short(value: Any) -> str:
@@ -450,7 +460,7 @@ def check_close(
     flat = [float(value) for value in _flatten(values)] if type(values) is list else [float(values)]
     expected = [float(value) for value in expected]
     if len(flat) != len(expected):
-        raise AnswerError(f"{name} has {len(flat)} values, {len(expected)} are asked for")
+        raise FormError(f"{name} has {len(flat)} values, {len(expected)} are asked for")
     if _all_close(flat, expected, atol):
         return
     for description, wrong in mistakes:
@@ -498,7 +508,7 @@ def _digits(number: Any) -> int:
 
 def _bounded(result: Any, text: str, name: str) -> Any:
     if result.is_Rational and _digits(result) > MAX_DIGITS:
-        raise AnswerError(f"{name}: {text!r} produces a number with more than {MAX_DIGITS} digits")
+        raise FormError(f"{name}: {text!r} produces a number with more than {MAX_DIGITS} digits")
     return result
 
 
@@ -507,34 +517,34 @@ def _literal(node: ast.Constant, source: str, text: str, name: str) -> Any:
     value = node.value
     if type(value) is int:
         if len(str(abs(value))) > 30:
-            raise AnswerError(f"{name}: the number {value} in {text!r} is too long")
+            raise FormError(f"{name}: the number {value} in {text!r} is too long")
         return sympy.Integer(value)
     if type(value) is float:
         if not math.isfinite(value):
-            raise AnswerError(f"{name}: {text!r} contains a number that is not finite")
+            raise FormError(f"{name}: {text!r} contains a number that is not finite")
         written = ast.get_source_segment(source, node)
         # 1e-999999999 is a finite float (0.0), but as an exact fraction its denominator has 10^9 digits.
         digits, exponent = decimal.Decimal(written.replace("_", "")).as_tuple()[1:]
         size = len(digits) + exponent if exponent >= 0 else 1 - exponent
         if size > MAX_DIGITS:
-            raise AnswerError(
+            raise FormError(
                 f"{name}: the number {written} in {text!r} is a fraction of {size} digits; at most "
                 f"{MAX_DIGITS} are allowed"
             )
         # The decimal as written, exactly: 0.479426 stays 239713/500000 and is not mistaken for sin(1/2).
         return sympy.Rational(written)
-    raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+    raise FormError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
 
 
 def _power(base: Any, exponent: Any, text: str, name: str) -> Any:
     sympy = _sympy()
     if not exponent.is_number:
-        raise AnswerError(f"{name}: the exponent in {text!r} is not a number")
+        raise FormError(f"{name}: the exponent in {text!r} is not a number")
     if exponent.is_Rational:
         if abs(exponent) > MAX_EXPONENT or exponent.q > MAX_DENOMINATOR:
-            raise AnswerError(f"{name}: the exponent {exponent} in {text!r} is too large")
+            raise FormError(f"{name}: the exponent {exponent} in {text!r} is too large")
     elif not abs(sympy.N(exponent, 15)) <= MAX_EXPONENT:
-        raise AnswerError(f"{name}: an exponent in {text!r} is too large")
+        raise FormError(f"{name}: an exponent in {text!r} is too large")
     return _bounded(sympy.Pow(base, exponent), text, name)
 
 
@@ -542,7 +552,7 @@ def _call(node: ast.Call, build, text: str, name: str) -> Any:
     sympy = _sympy()
     functions = {"sin": sympy.sin, "cos": sympy.cos, "sqrt": sympy.sqrt}
     if type(node.func) is not ast.Name or node.keywords:
-        raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+        raise FormError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
     function = node.func.id
     if function in functions and len(node.args) == 1:
         return functions[function](build(node.args[0]))
@@ -551,11 +561,11 @@ def _call(node: ast.Call, build, text: str, name: str) -> Any:
         if not 1 <= len(arguments) <= (2 if function == "Rational" else 1) or not all(
             argument.is_Integer for argument in arguments
         ):
-            raise AnswerError(f"{name}: {function}(...) in {text!r} takes whole numbers only")
+            raise FormError(f"{name}: {function}(...) in {text!r} takes whole numbers only")
         if function == "Rational" and len(arguments) == 2 and arguments[1] == 0:
-            raise AnswerError(f"{name}: {text!r} divides by zero")
+            raise FormError(f"{name}: {text!r} divides by zero")
         return sympy.Rational(*arguments)
-    raise AnswerError(
+    raise FormError(
         f"{name}: {text!r} calls {function}; only sin, cos, sqrt, Rational and Integer are allowed"
     )
 
@@ -579,23 +589,23 @@ def parse_expression(value: Any, name: str = "expression") -> Any:
     sympy = _sympy()
     text = as_text(value, name)
     if len(text) > MAX_EXPRESSION_LENGTH:
-        raise AnswerError(
+        raise FormError(
             f"{name} is {len(text)} characters long; at most {MAX_EXPRESSION_LENGTH} are allowed"
         )
     source = text.strip().replace("^", "**")
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError:
-        raise AnswerError(f"{name}: {text!r} is not a valid expression") from None
+        raise FormError(f"{name}: {text!r} is not a valid expression") from None
     nodes = sum(1 for _ in ast.walk(tree))
     if nodes > MAX_EXPRESSION_NODES:
-        raise AnswerError(
+        raise FormError(
             f"{name}: {text!r} is too long an expression ({nodes} syntax nodes; at most "
             f"{MAX_EXPRESSION_NODES} are allowed)"
         )
     depth = _call_depth(tree)
     if depth > MAX_CALL_DEPTH:
-        raise AnswerError(
+        raise FormError(
             f"{name}: {text!r} nests {depth} function calls inside each other; at most {MAX_CALL_DEPTH} are "
             "allowed"
         )
@@ -619,17 +629,17 @@ def parse_expression(value: Any, name: str = "expression") -> Any:
                 return _bounded(sympy.Add(left, -right), text, name)
             if operator is ast.Div:
                 if right == 0:
-                    raise AnswerError(f"{name}: {text!r} divides by zero")
+                    raise FormError(f"{name}: {text!r} divides by zero")
                 return _bounded(sympy.Mul(left, sympy.Pow(right, -1)), text, name)
             if operator is ast.Pow:
                 return _power(left, right, text, name)
         if kind is ast.Call:
             return _call(node, build, text, name)
-        raise AnswerError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
+        raise FormError(f"{name}: {text!r} may contain only {_ALLOWED_SYMBOLS}")
 
     expression = build(tree.body)
     if expression.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-        raise AnswerError(f"{name}: {text!r} is not a finite number")
+        raise FormError(f"{name}: {text!r} is not a finite number")
     return expression
 
 
@@ -666,9 +676,9 @@ def check_expressions(
     """
     sympy = _sympy()
     if type(values) not in (list, tuple):
-        raise AnswerError(f"{name} is an object of type {_type_name(values)}; expected a list of strings")
+        raise FormError(f"{name} is an object of type {_type_name(values)}; expected a list of strings")
     if len(values) != len(expected):
-        raise AnswerError(f"{name} has {len(values)} entries, {len(expected)} are asked for")
+        raise FormError(f"{name} has {len(values)} entries, {len(expected)} are asked for")
     answers = [parse_expression(value, f"{name}[{index}]") for index, value in enumerate(list(values))]
     targets = [parse_expression(text, "expected") for text in expected]
     wrong = [

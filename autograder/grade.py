@@ -235,6 +235,7 @@ class Options:
     scheduler: str | None
     regrade: bool
     variants: bool
+    withhold_answers: bool
 
 
 def grade(
@@ -251,6 +252,7 @@ def grade(
     scheduler: str | None = None,
     regrade: bool = False,
     variants: bool | None = None,
+    withhold_answers: bool = False,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
@@ -276,6 +278,9 @@ def grade(
         variants: per-student variants of the numerical items (:mod:`autograder.variants`): True draws each
             student's parameters from the student folder, False grades every student against the one answer
             key; default ``c.AutograderVariants.enabled`` of ``nbgrader_config.py`` (True when unset).
+        withhold_answers: a wrong answer's message says only that it is wrong (never the named mistake, the
+            right value or the right letter), for feedback released while resubmission is still open; a
+            malformed answer still says what form is asked for.
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
@@ -304,7 +309,7 @@ def grade(
         print(report_text(UNSANDBOXED), file=sys.stderr, flush=True)
     options = Options(
         jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
-        scheduler, regrade, enabled_in_config() if variants is None else variants,
+        scheduler, regrade, enabled_in_config() if variants is None else variants, withhold_answers,
     )
     out.mkdir(parents=True, exist_ok=True)
     class_db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
@@ -396,6 +401,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         version = course_version()
         graded_with = {
             "limits": limits, "timeout": options.timeout, "sandbox": problem is None, "variants": options.variants,
+            "withhold_answers": options.withhold_answers,
             "cgroup": cgroup_problem is None,
         }
         deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records)
@@ -430,6 +436,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     use_bwrap=problem is None,
                     use_cgroup=cgroup_problem is None,
                     variants=options.variants,
+                    withhold_answers=options.withhold_answers,
                     kernel_view=str(kernel_view),
                 )
                 notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent))

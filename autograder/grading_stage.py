@@ -105,6 +105,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     autograded = course_root / "autograded" / task.student / task.assignment / f"{task.assignment}.ipynb"
     autograded.chmod(0o600)  # nbgrader leaves it read-only, and the stage holds no capability to override that
     sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
+    _show_verdicts(autograded, decided)
     log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter={"template_name": "feedback"}))
     page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
     log.append(_kernel_log_tail(kernel))
@@ -275,7 +276,9 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
             cell = cells.get(grade_id)
             reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
             split, parameters = _for_this_student(task, grade_id, split)
-            passed, message = decide(split, reports, problem or kernel_errors.get(grade_id))
+            passed, message = decide(
+                split, reports, problem or kernel_errors.get(grade_id), withhold=task.withhold_answers
+            )
             if parameters and not passed:
                 message = f"with your parameters ({parameters}): {message}"
             grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)
@@ -284,6 +287,25 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
                 messages[grade_id] = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         gradebook.db.commit()
     return messages
+
+
+VERDICT_NAME = "Not right"  # the error name of a verdict shown under its test cell
+
+
+def _show_verdicts(autograded: Path, decided: dict[str, str]) -> None:
+    """Put each failed check's message under its test cell, as an error output, so that the feedback page and the
+    formgrader say why an item lost its points (the kernel that ran the cell never knew: its checks ran here).
+    The messages are the grader's, built from reported values; the page escapes them like every output."""
+    if not decided:
+        return
+    notebook = nbformat.read(autograded, as_version=4)
+    for cell in notebook.cells:
+        message = decided.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+        if cell.cell_type == "code" and message is not None:
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename=VERDICT_NAME, evalue=message, traceback=[f"{VERDICT_NAME}: {message}"]
+            ))
+    nbformat.write(notebook, autograded)
 
 
 def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, str]:

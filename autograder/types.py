@@ -82,6 +82,7 @@ class Task:
     use_bwrap: bool = True
     use_cgroup: bool = False
     variants: bool = True  # the varied items' parameters drawn from ``student`` (False: the one answer key)
+    withhold_answers: bool = False  # a wrong answer's message says no more than that it is wrong
     kernel_view: str = ""  # what the kernel imports (autograder.sandbox.kernel_view); "": a cached copy
     autograded: Path | None = None  # where the sanitized autograded notebook goes (the formgrader reads it)
     jupyter: Path | None = None  # the folder of the kernelspec (default: the first of JUPYTER_PATH)

@@ -504,3 +504,31 @@ def test_a_stage_answer_becomes_the_result_and_its_page_starts_with_the_policy(t
     page = (tmp_path / "f.html").read_text()
     assert page.index(CSP_META) < page.index("<script>")  # the policy comes before any byte the stage wrote
     assert (tmp_path / "a.ipynb").read_text() == answer["autograded"]
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_grade_with_withheld_answers_says_a_wrong_answer_is_wrong_and_no_more(tmp_path):
+    """`python -m autograder grade --withhold-answers`, as the instructors' guide has it for feedback released
+    while resubmission is open: a wrong quiz letter scores 0, and neither the feedback page nor grades.csv's
+    messages explain it; the same submission graded with full feedback is told why."""
+    from planted import ROOT, command_environment, solutions
+
+    from autograder.verdicts.verdict import WITHHELD
+
+    quizzes = {grade_id: text for grade_id, text in solutions(ASSIGNMENT).items() if grade_id.startswith("quiz_")}
+    quiz, answer = next(iter(quizzes.items()))
+    name, right = answer.split(" = ")
+    wrong = next(letter for letter in "ABCD" if letter != right.strip().strip('"'))
+    root = _class_with(tmp_path, {"s1": {quiz: f'{name} = "{wrong}"'}})
+    pages = {}
+    for mode, flags in (("withheld", ["--withhold-answers"]), ("full", [])):
+        out = tmp_path / mode
+        command = [sys.executable, "-m", "autograder", "grade", str(root), "--out", str(out), "--no-progress", *flags]
+        run = subprocess.run(command, cwd=ROOT, env=command_environment(), capture_output=True, text=True,
+                             timeout=600, check=False)
+        assert run.returncode == 0, run.stderr
+        pages[mode] = html.unescape((out / "feedback" / "s1" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text())
+    assert WITHHELD in pages["withheld"]
+    assert WITHHELD not in pages["full"] and "not the best answer" in pages["full"]
+    assert "not the best answer" not in pages["withheld"]

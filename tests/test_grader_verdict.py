@@ -332,3 +332,26 @@ def test_malformed_exact_numbers_in_a_report_are_refused(fields):
     split = split_hidden_tests(QUIZ)
     reports, problem = parse_reports(_line(0, {"quiz": {"__exact__": fields}}), MARKER, split)
     assert problem is not None and reports == {}
+
+
+def test_withheld_feedback_says_a_wrong_answer_is_wrong_and_nothing_that_gives_it_away():
+    split = split_hidden_tests(VALUES)
+    right, _ = parse_reports(f"{_line(0, {'values': [0.25, 0.5]})}\n{_line(1, {})}", MARKER, split)
+    assert decide(split, right, None, withhold=True) == (True, "")
+    for wrong_values in ([2.0, 4.0], [0.3, 0.5]):  # a named mistake, then a value that misses
+        wrong, _ = parse_reports(f"{_line(0, {'values': wrong_values})}\n{_line(1, {})}", MARKER, split)
+        shown = decide(split, wrong, None)[1]
+        assert "doubled instead" in shown or "expected 0.25" in shown  # what full feedback gives away
+        assert decide(split, wrong, None, withhold=True) == (False, verdict.WITHHELD)
+    passed, message = decide(*_reports(QUIZ, quiz="C"), None, withhold=True)
+    assert (passed, message) == (False, verdict.WITHHELD)
+
+
+def test_withheld_feedback_still_says_what_form_is_asked_for():
+    split = split_hidden_tests(VALUES)
+    short, _ = parse_reports(f"{_line(0, {'values': [0.25]})}\n{_line(1, {})}", MARKER, split)
+    passed, message = decide(split, short, None, withhold=True)
+    assert not passed and "1 values, 2 are asked for" in message
+    passed, message = decide(*_reports(QUIZ, quiz="E"), None, withhold=True)
+    assert not passed and "answer with one of" in message
+    assert decide(split, {}, "NameError: halve", withhold=True) == (False, "NameError: halve")

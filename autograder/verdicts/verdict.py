@@ -58,6 +58,12 @@ COERCIONS = frozenset(name for name in answers.__all__ if name.startswith("as_")
 SECRET_PREFIXES = ("EXPECTED", "MISTAKES")
 MAX_REPORT_CHARS = 2_000_000  # per cell: the largest honest report is a few kilobytes
 MAX_DEPTH = 8
+# What a wrong answer reads while answers are withheld (``grade --withhold-answers``): feedback released while
+# resubmission is open must not turn each resubmission into a query for the right value.
+WITHHELD = (
+    "not right yet; while the assignment is open the feedback does not say why (a named mistake or the right "
+    "value would give the answer away); the full feedback comes after the last collection"
+)
 SAFE_BUILTINS = (
     *("abs", "all", "any", "bool", "dict", "enumerate", "float", "frozenset", "int", "isinstance", "len"),
     *("list", "max", "min", "range", "round", "set", "sorted", "str", "sum", "tuple", "type", "zip"),
@@ -444,7 +450,9 @@ def _grader_namespace() -> dict[str, Any]:
     return namespace
 
 
-def _decide_here(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
+def _decide_here(
+    split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None, withhold: bool = False
+) -> tuple[bool, str]:
     """The grader part run in this process, with no limit: what :func:`decide` runs in its child."""
     namespace = _grader_namespace()
     try:
@@ -457,8 +465,10 @@ def _decide_here(split: Split, reports: dict[int, dict[str, Any]], kernel_error:
         try:
             namespace.update({name: _with_numbers_read(value) for name, value in reports[step.step].items()})
             exec(compile(step.source, "<check>", "exec"), namespace)  # noqa: S102 (source/ is trusted)
-        except answers.AnswerError as error:
+        except answers.FormError as error:
             return False, str(error)
+        except answers.AnswerError as error:
+            return False, WITHHELD if withhold else str(error)
         except MemoryError:
             raise
         except Exception as error:  # noqa: BLE001 (an unreadable report is a failed check, not a crash)
@@ -488,11 +498,11 @@ def _limit_this_process(seconds: float, memory_mb: int) -> None:
         resource.setrlimit(kind, (value, hard))
 
 
-def _decide_in_child(writer, split, reports, kernel_error, seconds: float, memory_mb: int) -> None:
+def _decide_in_child(writer, split, reports, kernel_error, seconds: float, memory_mb: int, withhold: bool) -> None:
     """The child's side: limits, the grader part, and its verdict sent back as JSON ``[passed, message]``."""
     try:
         _limit_this_process(seconds, memory_mb)
-        passed, message = _decide_here(split, reports, kernel_error)
+        passed, message = _decide_here(split, reports, kernel_error, withhold)
     except MemoryError:
         passed, message = False, _memory_message(memory_mb)
     except Exception as error:  # noqa: BLE001 (the grader's own failure, told as such)
@@ -525,7 +535,9 @@ def _stopped_message(exitcode: int | None, seconds: float) -> str:
     return f"the answer could not be checked: the grader's check was stopped by {name}{cause}"
 
 
-def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None) -> tuple[bool, str]:
+def decide(
+    split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None, *, withhold: bool = False
+) -> tuple[bool, str]:
     """Run the grader part on the reported values: (passed, message). Never raises.
 
     The grader part runs in a child process forked by multiprocessing's fork server, limited to
@@ -533,20 +545,26 @@ def decide(split: Split, reports: dict[int, dict[str, Any]], kernel_error: str |
     that runs over is killed and the answer fails with a message naming the limit. Safe to call from any
     thread (the limit is a timed wait, not a signal), but not from a daemonic process, which multiprocessing
     forbids to have children (the answer then fails and the message says so).
+
+    With ``withhold``, a wrong answer's message is :data:`WITHHELD` instead of the check's own (which may name
+    the mistake, the right value or the right letter); a malformed answer keeps its message
+    (:class:`autograder.answers.FormError`), and so does an answer the student's code failed to produce.
     """
     try:
-        return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB)
+        return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB, withhold)
     except Exception as error:  # noqa: BLE001 (never raises: a grader that cannot check fails the answer)
         return False, f"the grader could not run its check ({type(error).__name__}: {error})"[:600]
 
 
-def _decide_in_child_process(split, reports, kernel_error, seconds: float, memory_mb: int) -> tuple[bool, str]:
+def _decide_in_child_process(
+    split, reports, kernel_error, seconds: float, memory_mb: int, withhold: bool = False
+) -> tuple[bool, str]:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_preloaded())  # read when the fork server starts, so before the first child
     reader, writer = context.Pipe(duplex=False)
     child = context.Process(
         target=_decide_in_child,
-        args=(writer, split, reports, kernel_error, seconds, memory_mb),
+        args=(writer, split, reports, kernel_error, seconds, memory_mb, withhold),
         name="autograder-check",
         daemon=True,
     )
