@@ -170,8 +170,8 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
     print(
         f"{passed} of {len(tested)} visible tests pass"
         + (f" ({unanswered} not answered yet)" if unanswered else "")
-        + ". They check the form of your answers only; hidden tests decide the grade. Written answers are "
-        "graded by an instructor.",
+        + ". They check the form of your answers only; hidden tests decide the grade."
+        + (" Written answers are graded by an instructor." if len(tested) < len(items) else ""),
         file=stream,
     )
     return 0 if passed == len(tested) else 1
