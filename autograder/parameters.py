@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -96,12 +97,23 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
                    _words("distance k = {distance}")),
     ),
     "03_learned": (
+        # 3.4: rows of 128 tokens; one longest document longer than a row. L - min(128, D) differs for every pair,
+        # and L - max(128, D), the mistake, from it (128 is no allowed D)
+        VariedItem("03_learned", "3.4", {"rows": (512, 1024, 384, 640), "longest": (72, 300, 48, 96, 100, 60)},
+                   _words("a table of {rows} rows, documents of up to {longest} tokens, rows of 128 tokens")),
+        # 3.5: D < C and C no multiple of D, so that rows cut documents; the stream is twice lcm(C, D) tokens
+        VariedItem("03_learned", "3.5", {"document": (48, 40, 56, 36, 72), "context": (128, 100, 150, 176)},
+                   lambda parameters: "documents of {d} tokens, rows of {c} tokens: {n} documents fill {r} rows".format(
+                       d=parameters["document"], c=parameters["context"],
+                       n=2 * math.lcm(parameters["document"], parameters["context"]) // parameters["document"],
+                       r=2 * math.lcm(parameters["document"], parameters["context"]) // parameters["context"])),
         VariedItem("03_learned", "3.6", {"rows": (512, 1024, 256, 2048), "longest": (100, 60, 128, 200, 90)},
                    _words("{rows} rows, lengths 1 to {longest}")),
-        # lr * weight_decay * steps lies between 0.125 and 1.9, and differs for every combination: far enough from 0
-        # that 1 - s * lr * wd and the compounded factor differ by more than the tolerance, the ratio far from 0
-        VariedItem("03_learned", "3.7", {"lr": (2e-3, 1e-3, 3e-3), "weight_decay": (0.05, 0.09), "steps": (4000, 2500, 7000)},
-                   _words("lr = {lr:g}, weight_decay = {weight_decay:g}, {steps} steps")),
+        # lr * steps is at most a fifth of the start: the entry moves by 0.96 to 1.0 times lr * steps (measured),
+        # so "about lr a step" lies within the tolerance lr * steps / 10
+        VariedItem("03_learned", "3.7", {"lr": (1e-4, 5e-5, 1.5e-4), "steps": (100, 60, 120),
+                                         "start": (0.1, 0.2, 0.15, 0.25)},
+                   _words("lr = {lr:g}, {steps} steps, entries starting at {start:g}")),
     ),
     "04_relative": (
         # no 32 buckets: the book draws T5's 32 buckets for max_distance 32 to 256, where the answer can be read

@@ -61,7 +61,7 @@ EXPECTED_SCORES = {
     ("halves", "02_sinusoidal"): 13,
     ("halves", "05_rope"): 11,
     ("mistakes", "01_permutation"): 4,
-    ("mistakes", "03_learned"): 7,
+    ("mistakes", "03_learned"): 6,
     ("mistakes", "04_relative"): 6,
     ("mistakes", "05_rope"): 7,
     ("mistakes", "06_comparison"): 8,
@@ -110,7 +110,7 @@ EXPECTED_FAILURES = {
     ("mistakes", "03_learned"): {
         "length_test": "a padded place takes no row",
         "extend_test": "frozen random rows never learn",
-        "fraction_test": "off by one",
+        "packed_counts_test": "the rows cut documents",
         "offset_test": "the offset is ignored",
     },
     ("mistakes", "04_relative"): {

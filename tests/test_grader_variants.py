@@ -294,11 +294,57 @@ def test_offset_rows_match_the_rows_a_training_run_touches(rows, longest):
     assert by_item("3.6").constants({"rows": rows, "longest": longest})["EXPECTED"] == expected
 
 
+def packed_runs(documents: list[int], context: int) -> list[int]:
+    """The lengths of the runs of position ids when ``documents`` (their lengths), back to back, are cut into rows
+    of ``context`` tokens: a run ends at each document's end and at each row's end."""
+    cuts = set(itertools.accumulate(documents)) | set(range(context, sum(documents), context))
+    ends = sorted(cuts | {0})
+    return [end - start for start, end in itertools.pairwise(ends)]
+
+
+@pytest.mark.parametrize("rows", by_item("3.4").choices["rows"])
+@pytest.mark.parametrize("longest", by_item("3.4").choices["longest"])
+def test_packed_rows_never_trained_are_those_past_the_longest_run(rows, longest):
+    # documents of every length up to D, one of D at the start of a row, rows of 128 tokens
+    runs = packed_runs([longest, *range(1, longest + 1)], 128)
+    assert by_item("3.4").constants({"rows": rows, "longest": longest})["EXPECTED"] == [rows - max(runs)]
+
+
+@pytest.mark.parametrize("document", by_item("3.5").choices["document"])
+@pytest.mark.parametrize("context", by_item("3.5").choices["context"])
+def test_packed_counts_are_the_runs_that_reach_the_first_and_the_last_position(document, context):
+    periods = 2
+    documents = periods * context // math.gcd(document, context)  # twice lcm(C, D) tokens
+    runs = packed_runs([document] * documents, context)
+    assert sum(runs) % context == 0 and context % document != 0  # whole rows, and rows cut documents
+    expected = [len(runs), sum(run == document for run in runs)]  # every run uses row 0; whole ones row D - 1
+    assert by_item("3.5").constants({"document": document, "context": context})["EXPECTED"] == expected
+    described = by_item("3.5").describe({"document": document, "context": context})
+    assert f"{documents} documents fill {sum(runs) // context} rows" in described
+
+
+def adam_l2_entry(learning_rate: float, steps: int, start: float, weight_decay: float = 0.1) -> float:
+    """An entry whose only gradient is Adam's L2 term weight_decay * w, stepped by Adam's update written out here
+    (betas 0.9, 0.999, eps 1e-8, bias-corrected moments)."""
+    w, m, v = start, 0.0, 0.0
+    for t in range(1, steps + 1):
+        g = weight_decay * w
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        w -= learning_rate * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    return w
+
+
 @pytest.mark.parametrize("steps", by_item("3.7").choices["steps"])
-def test_the_measured_decay_is_the_compounded_factor(steps):
-    for rate, decay in itertools.product(by_item("3.7").choices["lr"], by_item("3.7").choices["weight_decay"]):
-        measured = by_item("3.7").constants({"lr": rate, "weight_decay": decay, "steps": steps})["EXPECTED"][0]
-        assert measured == pytest.approx((1 - rate * decay) ** steps, rel=1e-9)
+def test_the_measured_entry_is_adams_update_and_about_lr_a_step(steps):
+    for rate, start in itertools.product(by_item("3.7").choices["lr"], by_item("3.7").choices["start"]):
+        constants = by_item("3.7").constants({"lr": rate, "steps": steps, "start": start})
+        [measured] = constants["EXPECTED"]
+        assert measured == pytest.approx(adam_l2_entry(rate, steps, start), abs=1e-12)
+        assert constants["TOLERANCE"] == pytest.approx(rate * steps / 10)
+        assert abs(measured - (start - rate * steps)) < constants["TOLERANCE"] / 2  # "about lr a step" passes
+        [adamw] = constants["MISTAKES"][0][1]
+        assert adamw == pytest.approx(start * (1 - rate * 0.1) ** steps)
+        assert abs(adamw - measured) > 9 * constants["TOLERANCE"]
 
 
 def t5_bucket(r: int, num_buckets: int, max_distance: int) -> int:
@@ -425,11 +471,15 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
         sequence = [first] + [others] * 7
         return {"count_answer": f"causal_outputs = {[round(sum(sequence[:p + 1]) / (p + 1), 3) for p in range(8)]}"}
     if assignment == "03_learned":
+        packed = parameters["3.4"]
+        document, context = parameters["3.5"]["document"], parameters["3.5"]["context"]
+        runs = packed_runs([document] * (2 * context // math.gcd(document, context)), context)
         rows, longest = parameters["3.6"]["rows"], parameters["3.6"]["longest"]
         decay = parameters["3.7"]
-        ratio = (1 - decay["lr"] * decay["weight_decay"]) ** decay["steps"]
-        return {"offset_answer": f"offset_rows = [2, {longest + 1}, {rows - longest}]",
-                "decay_answer": f"untrained_norm_ratio = {ratio:.4f}"}
+        return {"packed_rows_answer": f"packed_never_trained = {packed['rows'] - min(128, packed['longest'])}",
+                "packed_counts_answer": f"packed_counts = [{len(runs)}, {runs.count(document)}]",
+                "offset_answer": f"offset_rows = [2, {longest + 1}, {rows - longest}]",
+                "decay_answer": f"untrained_entry = {decay['start'] - decay['lr'] * decay['steps']:.4f}"}
     if assignment == "04_relative":
         buckets = parameters["4.7"]
         last = t5_bucket(-10**7, buckets["num_buckets"], buckets["max_distance"])

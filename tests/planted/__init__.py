@@ -183,7 +183,7 @@ class PaddedLearnedPositions(nn.Module):
         return embeddings + self.position_embeddings(position_ids)
 """,
         "extend_answer": 'extend_plan = "A"',
-        "gradient_answer": "rows_without_gradient = 60\nfraction_reaching_row_60 = 41 / 81",
+        "packed_counts_answer": "packed_counts = [16, 16]  # every document whole",
         "offset_answer": "offset_rows = [0, 99, 412]",
     },
     "04_relative": {
