@@ -492,7 +492,7 @@ def test_4_1_the_weights_are_the_softmax_of_the_biased_scores(monkeypatch):
 # (answer cell, test cell, variable, right letter, {wrong letter: a fragment of its feedback}) by assignment
 LETTERED = {
     "04_relative": [
-        ("quiz_alibi_reach", "B", {"A": "6 is not a power of two", "C": "head 5 keeps its attention closest",
+        ("quiz_alibi_reach", "B", {"A": "24 is not a power of two", "C": "head 17 keeps its attention closest",
                                    "D": "a gentler slope reaches further back"}),
         ("quiz_past_buckets", "C", {"A": "only the keys at or before the query get it", "B": "the nearest ones too",
                                     "D": "normalised again"}),
@@ -534,14 +534,14 @@ def t5_bucket_back(distance: int, num_buckets: int, max_distance: int) -> int:
 
 
 def test_the_quiz_answers_of_chapter_4_follow_from_the_formulas():
-    # Quiz 1: 6 heads = the 4 slopes of 4 heads, then the odd-numbered slopes of 8 heads (h = 1, 3)
-    slopes = [2.0 ** (-8 * h / 4) for h in range(1, 5)] + [2.0 ** (-8 * h / 8) for h in (1, 3)]
+    # Quiz 1: 24 heads = the 16 slopes of 16 heads, then the odd-numbered slopes of 32 heads (h = 1, 3, ..., 15)
+    slopes = [2.0 ** (-8 * h / 16) for h in range(1, 17)] + [2.0 ** (-8 * h / 32) for h in range(1, 16, 2)]
     # with equal content scores, the weight of a key 50 back against the key 1 back is exp(-m * 49)
     reach = [math.exp(-slope * 49) for slope in slopes]
-    furthest, closest = (1 + max(range(6), key=reach.__getitem__), 1 + min(range(6), key=reach.__getitem__))
-    assert (furthest, closest) == (4, 5)  # B
-    naive = [2.0 ** (-8 * h / 6) for h in range(1, 7)]
-    assert (1 + naive.index(min(naive)), 1 + naive.index(max(naive))) == (6, 1)  # A, the single sequence
+    furthest, closest = (1 + max(range(24), key=reach.__getitem__), 1 + min(range(24), key=reach.__getitem__))
+    assert (furthest, closest) == (16, 17)  # B
+    naive = [2.0 ** (-8 * h / 24) for h in range(1, 25)]
+    assert (1 + naive.index(min(naive)), 1 + naive.index(max(naive))) == (24, 1)  # A, the single sequence
     # Quiz 2: +1 on buckets 0 to 15 (offsets r <= 0) of an encoder, any content scores and biases
     torch.manual_seed(0)
     offsets = torch.arange(-40, 41)  # (81,): keys around a query
