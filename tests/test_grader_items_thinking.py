@@ -494,8 +494,8 @@ LETTERED = {
     "04_relative": [
         ("quiz_alibi_reach", "B", {"A": "24 is not a power of two", "C": "head 17 keeps its attention closest",
                                    "D": "a gentler slope reaches further back"}),
-        ("quiz_past_buckets", "C", {"A": "only the keys at or before the query get it", "B": "the nearest ones too",
-                                    "D": "normalised again"}),
+        ("quiz_past_buckets", "D", {"A": "only the keys at or before the query get it", "B": "the nearest ones too",
+                                    "C": "normalised again"}),
         ("quiz_absolute_relative", "A", {"B": "not the best answer", "C": "not the best answer", "D": "not the best answer"}),
     ],
     "05_rope": [
@@ -554,7 +554,7 @@ def test_the_quiz_answers_of_chapter_4_follow_from_the_formulas():
     ratio = after / before  # one factor for the keys at or before the query, another for those after it
     torch.testing.assert_close(ratio[offsets <= 0] / ratio[offsets > 0].mean(), torch.full((41,), math.e, dtype=torch.float64))
     assert not torch.allclose(ratio, torch.ones(81, dtype=torch.float64))  # A: the row changes
-    assert not torch.allclose(ratio[offsets > 0], torch.ones(40, dtype=torch.float64))  # D: every weight changes
+    assert not torch.allclose(ratio[offsets > 0], torch.ones(40, dtype=torch.float64))  # C: every weight changes
 
 
 def rotate(x: torch.Tensor, position: int, base: float = 10000.0) -> torch.Tensor:
