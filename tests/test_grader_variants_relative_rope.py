@@ -217,8 +217,8 @@ def test_the_derivations_can_tell_the_known_cases():
     """The derivations themselves, on values stated in the chapters and in posenc_ref's docstring."""
     assert last_bucket_start(32, 128) == 91  # T5's defaults: 8 * 2**3.5 = 90.51
     assert t5_bucket(-90, 32, 128) == 14 and t5_bucket(-91, 32, 128) == 15
-    # the decoder's bucket of 150 (64 buckets, max_distance 1000) is 32 + 14: edges 32 * 31.25**(14/32) = 144.1
-    # and 32 * 31.25**(15/32) = 160.9
+    # the decoder's bucket of 150 (64 buckets, max_distance 1000) is 32 + 14: edges 32 * 31.25**(14/32) = 144.26
+    # and 32 * 31.25**(15/32) = 160.64
     assert shared_distances(64, 1000, 150) == [145, 160]
     assert [hiding_by_search(1.3, alibi_slope(h, 8)) for h in (1, 8)] == [4, 334]  # 1 + 2.6, 1 + 332.8
     assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63: Llama 3, the question's example

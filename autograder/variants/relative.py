@@ -69,8 +69,8 @@ def _trained(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ("the counts are the wrong way round: [encoder, decoder]", [decoder, encoder]),
         ("sequences shorter than max_distance do not reach every bucket: count the buckets of their offsets",
          [buckets, buckets]),
-        (f"these are the counts for T5's defaults ({DEFAULT_BUCKETS} buckets, max_distance "
-         f"{DEFAULT_MAX_DISTANCE}); the model here has {buckets} buckets and max_distance {distance}",
+        ((f"these are the counts for T5's defaults ({DEFAULT_BUCKETS} buckets, max_distance "
+         f"{DEFAULT_MAX_DISTANCE}); the model here has {buckets} buckets and max_distance {distance}"),
          trained_buckets(DEFAULT_BUCKETS, DEFAULT_MAX_DISTANCE, length)),
     ]
     return {"EXPECTED": right, "MISTAKES": distinct_mistakes(right, mistakes)}
@@ -92,10 +92,10 @@ def _shared(parameters: Mapping[str, Any]) -> dict[str, Any]:
         (("this is the bucket of an encoder (bidirectional=True, num_buckets // 2 buckets a direction); a decoder "
           "spends all num_buckets buckets on the keys before the query"),
          shared_distances(buckets, distance, a, bidirectional=True)),
-        ("the last distance is one too far: it is the first distance of the next bucket (round the upper edge "
-         "up, then step back one)", [first, last + 1]),
-        ("the first distance is one too near: it is the last distance of the bucket below (round the lower edge "
-         "up)", [first - 1, last]),
+        (("the last distance is one too far: it is the first distance of the next bucket (round the upper edge "
+         "up, then step back one)"), [first, last + 1]),
+        (("the first distance is one too near: it is the last distance of the bucket below (round the lower edge "
+         "up)"), [first - 1, last]),
         ("both ends are one too far out: they belong to the neighbouring buckets", [first - 1, last + 1]),
     ]
     return {"EXPECTED": right, "MISTAKES": distinct_mistakes(right, mistakes)}
