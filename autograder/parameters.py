@@ -116,9 +116,18 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
                    _words("lr = {lr:g}, {steps} steps, entries starting at {start:g}")),
     ),
     "04_relative": (
-        # no 32 buckets: the book draws T5's 32 buckets for max_distance 32 to 256, where the answer can be read
-        VariedItem("04_relative", "4.7", {"num_buckets": (64, 128, 48, 96), "max_distance": (256, 128, 512, 1024)},
-                   _words("{num_buckets} buckets, max_distance = {max_distance}")),
+        # no 32 buckets (the book draws T5's 32 buckets); every L is shorter than every max_distance, and no distance
+        # up to L lies within 5e-4 of a bucket's edge (a test of the course checks it)
+        VariedItem("04_relative", "4.3",
+                   {"num_buckets": (64, 48, 96, 128), "max_distance": (1000, 256, 600, 2000),
+                    "length": (100, 60, 200, 150, 80)},
+                   _words("{num_buckets} buckets, max_distance = {max_distance}, sequences of at most L = {length} tokens")),
+        # a decoder's inner bucket: no 32 buckets, a distance in the logarithmic range below the last bucket, and
+        # no edge of its bucket within 1e-4 of a boundary (a test of the course checks it)
+        VariedItem("04_relative", "4.7",
+                   {"num_buckets": (64, 48, 96, 128), "max_distance": (1000, 256, 700, 2000),
+                    "distance": (150, 100, 120, 180, 90)},
+                   _words("a decoder with {num_buckets} buckets, max_distance = {max_distance}, a key a = {distance} tokens back")),
         # lead / slope is never a whole number for these, so no distance is a tie (a test of the course checks it)
         VariedItem("04_relative", "4.8", {"lead": (1.3, 0.9, 1.7, 2.2, 1.1), "heads": (8, 16, 4)},
                    _words("a content lead of {lead}, {heads} heads")),

@@ -48,7 +48,7 @@ def test_every_graded_cell_is_named_by_an_item_its_last_cell_lists(assignment):
     notebook = nbformat.read(released_notebook(assignment), as_version=4)
     labels = item_labels(notebook.cells)
     assert list(labels) == _graded(notebook)
-    # several cells may share an item (4.2 and 4.3's heading), but every item listed has its cell, in order
+    # several cells may share an item (4.4 and 4.5's heading), but every item listed has its cell, in order
     assert list(dict.fromkeys(labels.values())) == _listed_items(notebook)
 
 

@@ -41,23 +41,62 @@ def check_item(assignment, answer_id, test_id, name, right_forms, wrong, monkeyp
     return solution
 
 
-def test_4_7_the_last_t5_bucket_begins_at_216(monkeypatch):
+def t5_decoder_bucket_back(distance: int, num_buckets: int, max_distance: int) -> int:
+    """T5's bucket of a key ``distance`` tokens before the query in a decoder (bidirectional=False): all
+    ``num_buckets`` buckets for the past, the first half exact, from the T5 paper's formula."""
+    exact = num_buckets // 2
+    if distance < exact:
+        return distance
+    return min(num_buckets - 1,
+               exact + int(math.log(distance / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+
+
+def test_4_3_a_short_run_trains_47_encoder_and_43_decoder_buckets(monkeypatch):
+    """64 buckets, max_distance 1000, sequences of 100 tokens: offsets -99 to 99, counted bucket by bucket."""
+    encoder = {(32 if r > 0 else 0) + t5_bucket_back(abs(r), 64, 1000) for r in range(-99, 100)}
+    decoder = {t5_decoder_bucket_back(a, 64, 1000) for a in range(100)}
+    assert [len(encoder), len(decoder)] == [47, 43]
     solution = check_item(
-        "04_relative", "t5_last_bucket_answer", "t5_last_bucket_test", "t5_last_bucket_start",
-        [216.0, torch.tensor(216)],
+        "04_relative", "bucket_reach_answer", "bucket_reach_test", "t5_trained_buckets",
+        [(47, 43), [47.0, 43.0], torch.tensor([47, 43]).tolist()],
         [
-            (215, "off by one"),
-            (240, "bidirectional=False"),
-            (256, "max_distance is not where the last bucket begins"),
-            (166, "for 32 buckets"),
-            (113, "for max_distance 128"),
-            (31, "number of the last bucket"),
-            (63, "keys after the query"),
-            (217, "got 217, expected"),
+            ([48, 43], "counted twice"),
+            ([24, 43], "the encoder has both directions"),
+            ([47, 24], "the decoder spends all num_buckets"),
+            ([43, 47], "the wrong way round"),
+            ([64, 64], "do not reach every bucket"),
+            ([31, 31], "T5's defaults"),
+            ([47, 42], "got 42, expected"),
         ],
         monkeypatch,
     )
-    assert solution == 216
+    assert solution == [47, 43]
+    for value, message in (([47, 65], "each count lies between 1 and num_buckets"),
+                           ([47.5, 43], "each count is a whole number of buckets")):
+        assert grade_item(monkeypatch, "04_relative", "bucket_reach_test", values={"t5_trained_buckets": value}) == (
+            False, VISIBLE_FAILURE + message)
+
+
+def test_4_7_the_decoders_key_150_back_shares_its_bias_with_145_to_160(monkeypatch):
+    """64 buckets, max_distance 1000: the distances whose decoder bucket is that of 150, found by scanning."""
+    mine = t5_decoder_bucket_back(150, 64, 1000)
+    shared = [a for a in range(1, 4000) if t5_decoder_bucket_back(a, 64, 1000) == mine]
+    assert [shared[0], shared[-1]] == [145, 160]
+    solution = check_item(
+        "04_relative", "t5_shared_answer", "t5_shared_test", "t5_shared_distances",
+        [(145, 160), [145.0, 160.0]],
+        [
+            ([127, 163], "bucket of an encoder"),
+            ([145, 161], "the last distance is one too far"),
+            ([144, 160], "the first distance is one too near"),
+            ([144, 161], "both ends are one too far out"),
+            ([145, 159], "got 159, expected"),
+        ],
+        monkeypatch,
+    )
+    assert solution == [145, 160]
+    passed, message = grade_item(monkeypatch, "04_relative", "t5_shared_test", values={"t5_shared_distances": [160, 145]})
+    assert (passed, message) == (False, f"{VISIBLE_FAILURE}the first distance comes before the last")
 
 
 def test_4_8_alibi_hides_the_better_token_from_4_and_from_334_positions(monkeypatch):
@@ -378,23 +417,31 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
     from posenc_ref.relative import alibi_bias, relative_position_bucket
     from posenc_ref.rope import rope_frequencies
 
-    def first_in_last_bucket(bucket) -> int:
-        far = bucket(-100_000)
-        return next(a for a in range(1, 100_000) if bucket(-a) == far)
+    def shared(bucket, distance: int) -> list[int]:
+        same = [a for a in range(1, 4000) if bucket(-a) == bucket(-distance)]
+        return [same[0], same[-1]]
 
-    def ours(r):
-        return int(relative_position_bucket(torch.tensor([r]), num_buckets=64, max_distance=256)[0])
+    def reached(bucket_of, length: int) -> list[int]:
+        encoder = {bucket_of(r, True) for r in range(-(length - 1), length)}
+        decoder = {bucket_of(r, False) for r in range(-(length - 1), 1)}
+        return [len(encoder), len(decoder)]
 
-    assert expected("04_relative", "t5_last_bucket_test") == [first_in_last_bucket(ours)]
+    def ours(r, bidirectional=False):
+        return int(relative_position_bucket(torch.tensor([r]), bidirectional=bidirectional, num_buckets=64,
+                                            max_distance=1000)[0])
+
+    assert expected("04_relative", "t5_shared_test") == shared(ours, 150)
+    assert expected("04_relative", "bucket_reach_test") == reached(ours, 100)
     try:
         from transformers.models.t5.modeling_t5 import T5Attention
     except ImportError:
         pass
     else:
-        def hugging_face(r):
-            return int(T5Attention._relative_position_bucket(torch.tensor([r]), True, 64, 256)[0])
+        def hugging_face(r, bidirectional=False):
+            return int(T5Attention._relative_position_bucket(torch.tensor([r]), bidirectional, 64, 1000)[0])
 
-        assert expected("04_relative", "t5_last_bucket_test") == [first_in_last_bucket(hugging_face)]
+        assert expected("04_relative", "t5_shared_test") == shared(hugging_face, 150)
+        assert expected("04_relative", "bucket_reach_test") == reached(hugging_face, 100)
 
     bias = alibi_bias(8, 401, 401).double()  # (heads, q_len, k_len); the query at position 400
 
@@ -445,8 +492,10 @@ def test_4_1_the_weights_are_the_softmax_of_the_biased_scores(monkeypatch):
 # (answer cell, test cell, variable, right letter, {wrong letter: a fragment of its feedback}) by assignment
 LETTERED = {
     "04_relative": [
-        ("quiz_alibi_reach", "B", {"A": "shrink as h grows", "C": "each head has its own slope", "D": "fixed numbers"}),
-        ("quiz_t5_shared_bias", "D", {"A": "buckets 3 and 4", "B": "not linear", "C": "12 and 20 fall in buckets 5 and 6"}),
+        ("quiz_alibi_reach", "B", {"A": "24 is not a power of two", "C": "head 17 keeps its attention closest",
+                                   "D": "a gentler slope reaches further back"}),
+        ("quiz_past_buckets", "D", {"A": "only the keys at or before the query get it", "B": "the nearest ones too",
+                                    "C": "normalised again"}),
         ("quiz_absolute_relative", "A", {"B": "not the best answer", "C": "not the best answer", "D": "not the best answer"}),
     ],
     "05_rope": [
@@ -485,14 +534,27 @@ def t5_bucket_back(distance: int, num_buckets: int, max_distance: int) -> int:
 
 
 def test_the_quiz_answers_of_chapter_4_follow_from_the_formulas():
-    slopes = [2.0 ** (-8 * head / 8) for head in range(1, 9)]
+    # Quiz 1: 24 heads = the 16 slopes of 16 heads, then the odd-numbered slopes of 32 heads (h = 1, 3, ..., 15)
+    slopes = [2.0 ** (-8 * h / 16) for h in range(1, 17)] + [2.0 ** (-8 * h / 32) for h in range(1, 16, 2)]
     # with equal content scores, the weight of a key 50 back against the key 1 back is exp(-m * 49)
     reach = [math.exp(-slope * 49) for slope in slopes]
-    assert max(range(8), key=reach.__getitem__) == 7  # head 8
-    shared = {letter: t5_bucket_back(a, 16, 64) == t5_bucket_back(b, 16, 64)
-              for letter, (a, b) in {"A": (3, 4), "B": (8, 16), "C": (12, 20), "D": (40, 400)}.items()}
-    assert shared == {"A": False, "B": False, "C": False, "D": True}
-    assert [t5_bucket_back(a, 16, 64) for a in (3, 4, 8, 16, 12, 20)] == [3, 4, 5, 6, 5, 6]
+    furthest, closest = (1 + max(range(24), key=reach.__getitem__), 1 + min(range(24), key=reach.__getitem__))
+    assert (furthest, closest) == (16, 17)  # B
+    naive = [2.0 ** (-8 * h / 24) for h in range(1, 25)]
+    assert (1 + naive.index(min(naive)), 1 + naive.index(max(naive))) == (24, 1)  # A, the single sequence
+    # Quiz 2: +1 on buckets 0 to 15 (offsets r <= 0) of an encoder, any content scores and biases
+    torch.manual_seed(0)
+    offsets = torch.arange(-40, 41)  # (81,): keys around a query
+    table = torch.randn(32, dtype=torch.float64)  # one head's learned biases
+    buckets = torch.tensor([(16 if r > 0 else 0) + t5_bucket_back(abs(r), 32, 128) for r in offsets.tolist()])
+    assert set(buckets[offsets <= 0].tolist()) <= set(range(16)) and set(buckets[offsets > 0].tolist()) <= set(range(16, 32))
+    content = torch.randn(81, dtype=torch.float64)
+    before = torch.softmax(content + table[buckets], 0)
+    after = torch.softmax(content + (table + (torch.arange(32) < 16)).take(buckets), 0)
+    ratio = after / before  # one factor for the keys at or before the query, another for those after it
+    torch.testing.assert_close(ratio[offsets <= 0] / ratio[offsets > 0].mean(), torch.full((41,), math.e, dtype=torch.float64))
+    assert not torch.allclose(ratio, torch.ones(81, dtype=torch.float64))  # A: the row changes
+    assert not torch.allclose(ratio[offsets > 0], torch.ones(40, dtype=torch.float64))  # C: every weight changes
 
 
 def rotate(x: torch.Tensor, position: int, base: float = 10000.0) -> torch.Tensor:

@@ -347,10 +347,10 @@ def test_the_measured_entry_is_adams_update_and_about_lr_a_step(steps):
         assert abs(adamw - measured) > 9 * constants["TOLERANCE"]
 
 
-def t5_bucket(r: int, num_buckets: int, max_distance: int) -> int:
-    """T5's bidirectional bucket of the offset r = j - i, as in the T5 paper's code (written out here)."""
-    n = num_buckets // 2
-    bucket, a = (n if r > 0 else 0), abs(r)
+def t5_bucket(r: int, num_buckets: int, max_distance: int, bidirectional: bool = True) -> int:
+    """T5's bucket of the offset r = j - i, as in the T5 paper's code (written out here)."""
+    n = num_buckets // 2 if bidirectional else num_buckets
+    bucket, a = ((n if r > 0 else 0), abs(r)) if bidirectional else (0, max(-r, 0))
     exact = n // 2
     if a < exact:
         return bucket + a
@@ -481,12 +481,16 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
                 "offset_answer": f"offset_rows = [2, {longest + 1}, {rows - longest}]",
                 "decay_answer": f"untrained_entry = {decay['start'] - decay['lr'] * decay['steps']:.4f}"}
     if assignment == "04_relative":
-        buckets = parameters["4.7"]
-        last = t5_bucket(-10**7, buckets["num_buckets"], buckets["max_distance"])
-        start = next(a for a in range(1, 10**5) if t5_bucket(-a, buckets["num_buckets"], buckets["max_distance"]) == last)
+        model, length = parameters["4.3"], parameters["4.3"]["length"]
+        trained = [len({t5_bucket(r, model["num_buckets"], model["max_distance"], bidirectional)
+                        for r in range(-(length - 1), length if bidirectional else 1)}) for bidirectional in (True, False)]
+        decoder, a = parameters["4.7"], parameters["4.7"]["distance"]
+        mine = t5_bucket(-a, decoder["num_buckets"], decoder["max_distance"], False)
+        shared = [d for d in range(1, 5 * a) if t5_bucket(-d, decoder["num_buckets"], decoder["max_distance"], False) == mine]
         lead, heads = parameters["4.8"]["lead"], parameters["4.8"]["heads"]
         hiding = [math.floor(1 + lead / slope) + 1 for slope in (2 ** (-8 / heads), 2**-8)]
-        return {"t5_last_bucket_answer": f"t5_last_bucket_start = {start}",
+        return {"bucket_reach_answer": f"t5_trained_buckets = {trained}",
+                "t5_shared_answer": f"t5_shared_distances = {[shared[0], shared[-1]]}",
                 "alibi_hiding_answer": f"alibi_hiding_distance = {hiding}"}
     if assignment == "05_rope":
         model = parameters["5.6"]

@@ -1,5 +1,5 @@
-"""The varied items of chapters 4 and 5: 4.7 (where the last T5 bucket begins), 4.8 (when ALiBi hides the better
-token) and 5.6 (RoPE pairs that never turn once).
+"""The varied items of chapters 4 and 5: 4.3 (the T5 buckets a short training run reaches), 4.7 (which keys share a
+decoder's bucket), 4.8 (when ALiBi hides the better token) and 5.6 (RoPE pairs that never turn once).
 
 The answer key reproduces the literals of each hidden test; the expected values and the named mistakes agree, for
 every allowed combination, with derivations written here from the chapters' formulas (a loop over distances, a
@@ -21,7 +21,7 @@ from autograder.variants import draw, variants_of
 
 RELATIVE, ROPE = "04_relative", "05_rope"
 VARIED = {variant.item: variant for assignment in (RELATIVE, ROPE) for variant in variants_of(assignment)}
-ITEMS = ("4.7", "4.8", "5.6")
+ITEMS = ("4.3", "4.7", "4.8", "5.6")
 FAR = 10**7  # tokens back: in the last bucket for every max_distance here
 
 
@@ -62,6 +62,26 @@ def last_bucket_start(num_buckets: int, max_distance: int, *, bidirectional: boo
     return a
 
 
+def trained_buckets(num_buckets: int, max_distance: int, length: int) -> list[int]:
+    """[encoder, decoder]: the distinct buckets of every (query, key) pair of a sequence of ``length`` tokens, keys
+    after the query left out for the decoder (the causal mask hides them)."""
+    pairs = [(i, j) for i in range(length) for j in range(length)]
+    encoder = {t5_bucket(j - i, num_buckets, max_distance) for i, j in pairs}
+    decoder = {t5_bucket(j - i, num_buckets, max_distance, bidirectional=False) for i, j in pairs if j <= i}
+    return [len(encoder), len(decoder)]
+
+
+def shared_distances(num_buckets: int, max_distance: int, distance: int, *, bidirectional: bool = False) -> list[int]:
+    """[first, last]: walking down and up from ``distance`` while the key stays in its bucket."""
+    mine = t5_bucket(-distance, num_buckets, max_distance, bidirectional=bidirectional)
+    first = last = distance
+    while first > 1 and t5_bucket(-(first - 1), num_buckets, max_distance, bidirectional=bidirectional) == mine:
+        first -= 1
+    while t5_bucket(-(last + 1), num_buckets, max_distance, bidirectional=bidirectional) == mine:
+        last += 1
+    return [first, last]
+
+
 def alibi_slope(head: int, heads: int) -> float:
     """ALiBi's slope of head ``head`` (1-based) among ``heads`` (a power of two): 2**(-8 head / heads)."""
     return 2.0 ** (-8 * head / heads)
@@ -91,8 +111,10 @@ def never_turning_pairs(base: float, head_dim: int, length: int, *, full_turn: f
 
 
 def expected_by_derivation(item: str, parameters: dict) -> list[int]:
+    if item == "4.3":
+        return trained_buckets(parameters["num_buckets"], parameters["max_distance"], parameters["length"])
     if item == "4.7":
-        return [last_bucket_start(parameters["num_buckets"], parameters["max_distance"])]
+        return shared_distances(parameters["num_buckets"], parameters["max_distance"], parameters["distance"])
     if item == "4.8":
         heads = parameters["heads"]
         return [hiding_by_search(parameters["lead"], alibi_slope(h, heads)) for h in (1, heads)]
@@ -102,12 +124,17 @@ def expected_by_derivation(item: str, parameters: dict) -> list[int]:
 def mistakes_by_derivation(item: str, parameters: dict) -> list[list[int]]:
     """The answers of the named mistakes, in the order the hidden test lists them, before the ones equal to
     the right answer (or to an earlier mistake) are left out."""
+    if item == "4.3":
+        buckets, distance, length = parameters["num_buckets"], parameters["max_distance"], parameters["length"]
+        encoder, decoder = trained_buckets(buckets, distance, length)
+        past = t5_bucket(-(length - 1), buckets, distance) + 1  # the buckets of the keys at or before the query
+        return [trained_buckets(buckets, distance, length + 1), [encoder + 1, decoder], [past, decoder],
+                [encoder, past], [decoder, encoder], [buckets, buckets], trained_buckets(32, 128, length)]
     if item == "4.7":
-        buckets, distance = parameters["num_buckets"], parameters["max_distance"]
-        start = last_bucket_start(buckets, distance)
-        wrong = [start - 1, last_bucket_start(buckets, distance, bidirectional=False), distance,
-                 last_bucket_start(32, distance), last_bucket_start(buckets, 128), buckets // 2 - 1, buckets - 1]
-        return [[value] for value in wrong]
+        buckets, distance, a = parameters["num_buckets"], parameters["max_distance"], parameters["distance"]
+        first, last = shared_distances(buckets, distance, a)
+        return [shared_distances(buckets, distance, a, bidirectional=True), [first, last + 1], [first - 1, last],
+                [first - 1, last + 1]]
     if item == "4.8":
         lead, heads = parameters["lead"], parameters["heads"]
         first, last = (hiding_by_search(lead, alibi_slope(h, heads)) for h in (1, heads))
@@ -140,11 +167,12 @@ def distinct(right: list[int], wrong: list[list[int]]) -> list[list[int]]:
 
 def test_the_items_vary_with_todays_values_first():
     assert {item: VARIED[item].answer_key for item in ITEMS} == {
-        "4.7": {"num_buckets": 64, "max_distance": 256},
+        "4.3": {"num_buckets": 64, "max_distance": 1000, "length": 100},
+        "4.7": {"num_buckets": 64, "max_distance": 1000, "distance": 150},
         "4.8": {"lead": 1.3, "heads": 8},
         "5.6": {"base": 500_000, "head_dim": 96, "context": 8192},
     }
-    assert [VARIED[item].test_cell for item in ITEMS] == ["t5_last_bucket_test", "alibi_hiding_test",
+    assert [VARIED[item].test_cell for item in ITEMS] == ["bucket_reach_test", "t5_shared_test", "alibi_hiding_test",
                                                            "slow_pairs_test"]
 
 
@@ -177,7 +205,8 @@ def test_the_literals_of_the_hidden_test_follow_from_the_derivations(item):
 @pytest.mark.parametrize(("item", "parameters"), [(item, parameters) for item in ITEMS for parameters in combinations(item)],
                          ids=lambda value: value if isinstance(value, str) else combination_id(value))
 def test_expected_values_and_mistakes_are_what_the_derivations_find(item, parameters):
-    """4.7: a loop over distances; 4.8: a search over offsets; 5.6: a loop over positions."""
+    """4.3: every pair of a sequence; 4.7: a walk over distances; 4.8: a search over offsets; 5.6: a loop over
+    positions."""
     constants = VARIED[item].constants(parameters)
     right = expected_by_derivation(item, parameters)
     assert constants["EXPECTED"] == right
@@ -187,7 +216,10 @@ def test_expected_values_and_mistakes_are_what_the_derivations_find(item, parame
 def test_the_derivations_can_tell_the_known_cases():
     """The derivations themselves, on values stated in the chapters and in posenc_ref's docstring."""
     assert last_bucket_start(32, 128) == 91  # T5's defaults: 8 * 2**3.5 = 90.51
-    assert last_bucket_start(64, 256) == 216  # 16 * 16**(15/16) = 215.27
+    assert t5_bucket(-90, 32, 128) == 14 and t5_bucket(-91, 32, 128) == 15
+    # the decoder's bucket of 150 (64 buckets, max_distance 1000) is 32 + 14: edges 32 * 31.25**(14/32) = 144.26
+    # and 32 * 31.25**(15/32) = 160.64
+    assert shared_distances(64, 1000, 150) == [145, 160]
     assert [hiding_by_search(1.3, alibi_slope(h, 8)) for h in (1, 8)] == [4, 334]  # 1 + 2.6, 1 + 332.8
     assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63: Llama 3, the question's example
     assert never_turning_pairs(500_000, 96, 8192) == 21  # pairs 27 to 47: 2 pi 500000**(54/96) = 10,089 > 8,191
@@ -213,23 +245,50 @@ def test_for_every_allowed_combination_no_mistake_is_the_right_answer(item):
     assert len(answers) >= 0.6 * len(combinations(item)), f"{len(answers)} answers"
 
 
-@pytest.mark.parametrize("parameters", combinations("4.7"), ids=combination_id)
-def test_no_last_bucket_hangs_on_a_last_decimal(parameters):
-    """At the answer the bucket's logarithmic value is past n - 1 by at least 1e-5 (some twenty float32 steps),
-    and one token closer it is short of n - 1 by more: float32 (as T5 and posenc_ref compute) gives the same."""
-    buckets, distance = parameters["num_buckets"], parameters["max_distance"]
-    n = buckets // 2
+def scaled(a: int, n: int, max_distance: int) -> float:
+    """The logarithmic bucket's value before the floor, for n buckets a direction: e + (n - e) ln(a/e) / ln(D/e)."""
     exact = n // 2
-    start = last_bucket_start(buckets, distance)
+    return exact + math.log(a / exact) / math.log(max_distance / exact) * (n - exact)
 
-    def scaled(a: int) -> float:
-        return exact + math.log(a / exact) / math.log(distance / exact) * (n - exact)
 
-    assert scaled(start) - (n - 1) >= 1e-5
-    assert (n - 1) - scaled(start - 1) >= 1e-5
-    distances = torch.arange(exact, 4 * distance, dtype=torch.float32)
-    in_float32 = exact + (torch.log(distances / exact) / math.log(distance / exact) * (n - exact)).long()
-    assert int(distances[in_float32 >= n - 1][0]) == start
+def float32_buckets(distances: torch.Tensor, n: int, max_distance: int) -> torch.Tensor:
+    """The buckets of ``distances`` (past keys) for n buckets a direction, in float32 as T5 and posenc_ref compute."""
+    exact = n // 2
+    log = exact + (torch.log(distances.float() / exact) / math.log(max_distance / exact) * (n - exact)).long()
+    return torch.where(distances < exact, distances, log.clamp(max=n - 1))
+
+
+@pytest.mark.parametrize("parameters", combinations("4.3"), ids=combination_id)
+def test_no_count_of_trained_buckets_hangs_on_a_last_decimal(parameters):
+    """L is shorter than max_distance; the logarithmic value of distance L - 1 is at least 5e-4 from a whole number in
+    both layouts, no bucket below it is skipped, and float32 gives the same counts."""
+    buckets, distance, length = parameters["num_buckets"], parameters["max_distance"], parameters["length"]
+    assert length < distance
+    for n in (buckets // 2, buckets):
+        if length - 1 >= n // 2:
+            value = scaled(length - 1, n, distance)
+            assert abs(value - round(value)) >= 5e-4, (n, value)
+        reached = float32_buckets(torch.arange(length), n, distance)
+        assert reached.unique().tolist() == list(range(int(reached.max()) + 1))  # no bucket skipped
+    encoder, decoder = trained_buckets(buckets, distance, length)
+    assert [2 * int(float32_buckets(torch.tensor([length - 1]), buckets // 2, distance)) + 1,
+            int(float32_buckets(torch.tensor([length - 1]), buckets, distance)) + 1] == [encoder, decoder]
+
+
+@pytest.mark.parametrize("parameters", combinations("4.7"), ids=combination_id)
+def test_no_shared_bucket_hangs_on_a_last_decimal(parameters):
+    """The distance lies in the decoder's logarithmic range below its last bucket; at both edges of its bucket (and one
+    token outside them) the logarithmic value is at least 1e-4 from a whole number, and float32 finds the same edges."""
+    buckets, distance, a = parameters["num_buckets"], parameters["max_distance"], parameters["distance"]
+    first, last = shared_distances(buckets, distance, a)
+    assert buckets // 2 <= first and t5_bucket(-a, buckets, distance, bidirectional=False) < buckets - 1
+    for edge in (first - 1, first, last, last + 1):
+        value = scaled(edge, buckets, distance)
+        assert abs(value - round(value)) >= 1e-4, (edge, value)
+    distances = torch.arange(1, 4 * distance)
+    in_float32 = float32_buckets(distances, buckets, distance)
+    same = distances[in_float32 == in_float32[a - 1]]
+    assert [int(same[0]), int(same[-1])] == [first, last]
 
 
 @pytest.mark.parametrize("parameters", combinations("4.8"), ids=combination_id)
@@ -270,8 +329,8 @@ def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypa
 
 def test_no_student_draws_the_parameters_whose_answers_the_book_prints():
     """The book draws T5's 32 buckets (max_distance 32 to 256) and counts the slow pairs of heads of 128 features
-    (bases 10000 and 500000, lengths 2048 and 8192): no student's 4.7 or 5.6 uses them."""
-    assert 32 not in VARIED["4.7"].choices["num_buckets"]
+    (bases 10000 and 500000, lengths 2048 and 8192): no student's 4.3, 4.7 or 5.6 uses them."""
+    assert 32 not in VARIED["4.3"].choices["num_buckets"] and 32 not in VARIED["4.7"].choices["num_buckets"]
     assert 128 not in VARIED["5.6"].choices["head_dim"]
 
 

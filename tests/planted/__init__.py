@@ -211,7 +211,7 @@ def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distanc
 def alibi_slopes(num_heads, max_bias=8.0):
     return [2 ** (-max_bias * h / num_heads) for h in range(1, num_heads + 1)]
 """,
-        "t5_last_bucket_answer": "t5_last_bucket_start = 240  # the causal layout: 64 buckets in one direction",
+        "t5_shared_answer": "t5_shared_distances = [127, 163]  # the encoder's layout: 32 buckets a direction",
         "quiz_absolute_relative_answer": 'quiz_absolute_relative = "C"',
     },
     "05_rope": {
