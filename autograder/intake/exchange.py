@@ -17,7 +17,7 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   writes); a mismatch is refused with a reason that names both accounts;
 - its timestamp (the folder's name, which ``timestamp.txt`` must repeat) is refused when it lies in the
   future, and so is a submission later than ``deadline`` (its timestamp or the folder's status change time,
-  which only the kernel sets, whichever is later) unless the instructor allows late work;
+  which the kernel sets at each change and nobody can set to a chosen time, whichever is later) unless the instructor allows late work;
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
   (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
   ``submission_secret.txt`` as checked text, nothing else a student put there. DIR must not hold ``source/``
