@@ -1,5 +1,5 @@
 """``python -m autograder release | grade PATH --out DIR | formgrader --out DIR | feedback --out DIR |
-course --out DIR | check NOTEBOOK | publish --out DIR``."""
+course --out DIR | collect ASSIGNMENT --roster FILE --out DIR | check NOTEBOOK | publish --out DIR``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
 from autograder.check import add_arguments as add_check_arguments
 from autograder.check import positive_int
+
+NBGRADER_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader's Exchange.root (tests/test_grader_exchange.py)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -119,6 +121,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     course.add_argument("--out", type=Path, required=True, help="the course directory (created if needed)")
 
+    _add_collect_arguments(
+        commands.add_parser(
+            "collect",
+            help="each student's newest submission from nbgrader's exchange, checked against a roster of accounts",
+        )
+    )
+
     add_check_arguments(commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel"))
 
     publish = commands.add_parser(
@@ -126,6 +135,66 @@ def _parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("--out", type=Path, required=True, help="a new or empty folder outside autograder/")
     return parser
+
+
+def _add_collect_arguments(collect: argparse.ArgumentParser) -> None:
+    collect.add_argument("assignment", choices=ASSIGNMENTS, metavar="ASSIGNMENT", help=", ".join(ASSIGNMENTS))
+    collect.add_argument(
+        "--roster",
+        type=Path,
+        required=True,
+        help="CSV file with the header student_id,account: the account that must own each student's submissions",
+    )
+    collect.add_argument(
+        "--out", type=Path, required=True, help="the course's submitted/ folder (it must not hold source/)"
+    )
+    collect.add_argument(
+        "--exchange",
+        type=Path,
+        default=Path(NBGRADER_EXCHANGE),
+        help=f"nbgrader's exchange folder (default: nbgrader's, {NBGRADER_EXCHANGE})",
+    )
+    collect.add_argument("--course", default="posenc", help="the course id (default: posenc)")
+    collect.add_argument(
+        "--deadline",
+        default=None,
+        help="refuse submissions after this time, e.g. '2026-12-01 23:59:00 UTC' (default: none)",
+    )
+    collect.add_argument(
+        "--allow-late", action="store_true", help="accept submissions after --deadline (the newest is taken)"
+    )
+
+
+def _collect_command(arguments: argparse.Namespace) -> int:
+    """``collect``: print each student collected and each inbound folder refused, with its reason."""
+    from autograder.feedback.escape import report_text
+    from autograder.intake.exchange import collect, parse_utc, read_roster
+
+    try:
+        deadline = None if arguments.deadline is None else parse_utc(arguments.deadline)
+        collected = collect(
+            arguments.exchange,
+            arguments.course,
+            arguments.assignment,
+            read_roster(arguments.roster),
+            arguments.out,
+            deadline=deadline,
+            allow_late=arguments.allow_late,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        print(f"collect: {error}", file=sys.stderr)
+        return 2
+    for warning in collected.warnings:
+        print(report_text(f"warning: {warning}"))
+    for student, name in sorted(collected.accepted.items()):
+        print(report_text(f"collected {student}: {name}"))
+    for name, reason in collected.refused:
+        print(report_text(f"refused {name}: {reason}"))
+    print(
+        f"collected {len(collected.accepted)} submission(s) of {arguments.assignment} into {arguments.out}; "
+        f"refused {len(collected.refused)}"
+    )
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote the student edition ({len(written)} files) into {arguments.out}; see its README.md")
         return 0
+    if arguments.command == "collect":
+        return _collect_command(arguments)
     if arguments.command in ("formgrader", "feedback", "course"):
         return _instructor_command(arguments)
     from autograder.check import check

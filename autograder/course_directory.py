@@ -15,7 +15,8 @@
 
 ``python -m autograder course --out DIR`` starts such a folder for nbgrader's exchange: the configuration, the
 sources and ``release/<assignment>/<assignment>.ipynb`` (the student notebooks, for ``nbgrader
-release_assignment``); ``nbgrader collect`` then fills ``DIR/submitted/``, which ``grade`` reads.
+release_assignment``); ``python -m autograder collect`` (:mod:`autograder.intake.exchange`) then fills
+``DIR/submitted/``, which ``grade`` reads.
 """
 
 from __future__ import annotations

@@ -13,6 +13,16 @@ into functions (ajv), and under a policy without eval Chromium refuses that ("Ev
 JavaScript violates the following Content Security Policy directive") and most of its plugins fail to
 activate. nbgrader's formgrader pages, where student notebooks are shown, run without it.
 
+A student's file is never a document of the server's origin. jupyter_server puts ``sandbox allow-scripts``
+in the policy of the routes that serve a file of the served folder as it is (``/files/``, ``/nbconvert/``),
+and nbgrader's formgrader serves the files beside an autograded notebook (``/formgrader/submissions/<id>/
+<file>``) with no sandbox at all. Every response of those routes gets this policy with ``sandbox`` added,
+without ``allow-scripts``: a page or an SVG opened there runs no script, and its origin is a unique one. A
+response that is not a raster image (:data:`INLINE_IMAGE_TYPES`; SVG is a document that can hold script) is
+sent as ``application/octet-stream`` with ``Content-Disposition: attachment`` besides (and jupyter_server's
+``X-Content-Type-Options: nosniff``), so the browser saves it rather than showing it, and no page of the
+server can load it as a script or a style sheet either.
+
 nbgrader's templates fill some inline scripts with the page's names (``var assignment_id = "{{ assignment_id
 }}";``). A script matches its template only where each such value is a plain name (letters, digits and
 ``_ . : / + @ -`` and spaces): no quote, backslash, ``<`` or line break, so the script only assigns a string;
@@ -30,6 +40,13 @@ from pathlib import Path
 from tornado.web import OutputTransform
 
 PLAIN_VALUE = rb"[A-Za-z0-9_.:/+@ -]*"
+# What a route that serves a file of the served folder may show in the browser; anything else is saved.
+INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# nbgrader's SubmissionFilesHandler: any path under a submission that is not its page, a navigation or the
+# formgrader's own components (tests/test_grader_formgrader_files.py opens it in Chromium).
+_SUBMISSION_FILE = re.compile(
+    r"/formgrader/submissions/(?!components/)[^/]+/(?!(?:next_incorrect|prev_incorrect|next|prev)/?$).+"
+)
 _SCRIPT = re.compile(rb"<script(?P<attributes>[^>]*)>(?P<text>.*?)</script", re.DOTALL | re.IGNORECASE)
 _JAVASCRIPT_TYPE = re.compile(rb"""\btype\s*=\s*["']?(text|application)/(javascript|ecmascript)["']?""", re.IGNORECASE)
 _TEMPLATE_VALUE = re.compile(rb"\{\{.*?\}\}", re.DOTALL)
@@ -143,6 +160,7 @@ class ScriptPolicy(OutputTransform):
 
     inline_scripts: InlineScripts | None = None
     jupyterlab_path = "/lab"  # under the server's base URL, set when the extension loads
+    base_url = "/"
 
     def __init__(self, request) -> None:
         self.path = request.path
@@ -150,9 +168,25 @@ class ScriptPolicy(OutputTransform):
     def is_jupyterlab(self) -> bool:
         return self.path == self.jupyterlab_path or self.path.startswith(self.jupyterlab_path + "/")
 
+    def serves_a_file(self, handler_policy: str) -> bool:
+        """Whether this response is a file of the served folder: the handler's own policy has a sandbox
+        (jupyter_server's ``/files/`` and ``/nbconvert/``), or the path is one of nbgrader's submission files."""
+        sandboxed = any(part.split()[:1] == ["sandbox"] for part in handler_policy.split(";"))
+        relative = self.path[len(self.base_url) - 1 :] if self.path.startswith(self.base_url) else self.path
+        return sandboxed or _SUBMISSION_FILE.fullmatch(relative) is not None
+
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         if ScriptPolicy.inline_scripts is None:
             ScriptPolicy.inline_scripts = InlineScripts(_templates())
+        if self.serves_a_file(headers.get("Content-Security-Policy", "")):
+            headers["Content-Security-Policy"] = content_security_policy([]) + "; sandbox"
+            headers["X-Content-Type-Options"] = "nosniff"
+            content_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if 200 <= status_code < 300 and content_type not in INLINE_IMAGE_TYPES:
+                headers["Content-Type"] = "application/octet-stream"
+                if not headers.get("Content-Disposition", "").startswith("attachment"):
+                    headers["Content-Disposition"] = "attachment"
+            return status_code, headers, chunk
         is_html = headers.get("Content-Type", "").startswith("text/html")
         hashes = ScriptPolicy.inline_scripts.hashes(chunk if is_html else b"")
         headers["Content-Security-Policy"] = content_security_policy(hashes, allow_eval=self.is_jupyterlab())
@@ -162,6 +196,7 @@ class ScriptPolicy(OutputTransform):
 def _load_jupyter_server_extension(serverapp) -> None:
     """Jupyter server's entry point: the policy goes first among the transforms (before compression)."""
     ScriptPolicy.jupyterlab_path = serverapp.base_url.rstrip("/") + "/lab"
+    ScriptPolicy.base_url = serverapp.base_url.rstrip("/") + "/"
     serverapp.web_app.transforms.insert(0, ScriptPolicy)
     serverapp.log.info("autograder: every response carries a Content-Security-Policy without inline script")
 

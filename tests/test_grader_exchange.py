@@ -10,14 +10,14 @@ autograder feedback``) and releases the feedback, which the student fetches. The
 show the hand-graded total and the instructor's comment.
 
 The student submits twice: the notebook as fetched, then answered (the full solution of tests/planted, the
-written answer included), and the instructor collects after each. A ``collect`` without ``--update`` keeps
-the first submission (what the guide warns of); the guide's own ``collect`` must take the second, or the
-grade is that of an empty notebook.
+written answer included), and the instructor collects after each with the course's own ``python -m autograder
+collect``, which must take the newest each time, or the grade is that of an empty notebook.
 
-What the test adds to the commands: ``--Exchange.root=FOLDER`` on each ``nbgrader`` command (an exchange of
-its own), a folder of its own in place of the repository's root (``course/`` lands there), and the student
-being this machine's user (nbgrader names a student after the account that runs ``submit``) in a home of its
-own.
+What the test adds to the commands: ``--Exchange.root=FOLDER`` on each ``nbgrader`` command and ``--exchange
+FOLDER`` on ``collect`` (an exchange of its own), a folder of its own in place of the repository's root
+(``course/`` lands there), the roster the guide has the instructor write (``course/roster.csv``, this one
+student), and the student being this machine's user (nbgrader names a student after the account that runs
+``submit``) in a home of its own.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_the_guides_loop_is_the_one_this_module_runs():
         ("instructor", "nbgrader", "release_assignment"),
         ("student", "nbgrader", "fetch_assignment"),
         ("student", "nbgrader", "submit"),
-        ("instructor", "nbgrader", "collect"),
+        ("instructor", "autograder", "collect"),
         ("instructor", "autograder", "grade"),
         ("instructor", "autograder", "formgrader"),
         ("instructor", "autograder", "feedback"),
@@ -96,9 +96,10 @@ def test_the_guides_loop_is_the_one_this_module_runs():
         ("student", "nbgrader", "fetch_feedback"),
     ]
     assert all(step.folder in (".", "~", "course") for step in steps), steps
-    # Without --update, collect keeps a submission it collected before: a resubmission would never be graded.
+    # The course's collect checks each submission's owner against the roster the guide has the instructor write.
     collect = next(step for step in steps if step.arguments[0] == "collect")
-    assert "--update" in collect.arguments, collect
+    assert collect.arguments[collect.arguments.index("--roster") + 1] == "course/roster.csv", collect
+    assert collect.arguments[collect.arguments.index("--out") + 1] == "course/submitted", collect
 
 
 def test_the_guide_names_nbgraders_default_exchange():
@@ -124,17 +125,20 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     submitted = course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     steps = {step.arguments[0]: step for step in guide_loop(GUIDE.read_text(encoding="utf-8"))}
 
-    def run(step: Step, *, without: str | None = None) -> None:
+    def run(step: Step) -> None:
         cwd = home if step.folder == "~" else root / step.folder
-        arguments = [argument for argument in step.arguments if argument != without]
+        arguments = list(step.arguments)
         if step.module == "nbgrader":
             arguments.append(f"--Exchange.root={exchange}")
+        elif step.arguments[0] == "collect":
+            arguments.append(f"--exchange={exchange}")
         completed = run_module(step.module, *arguments, cwd=cwd, timeout=600)
         assert completed.returncode == 0, (step, completed.stdout[-3000:] + completed.stderr[-3000:])
 
     # The instructor: a course directory, and the assignment released to the exchange.
     run(steps["course"])
     assert (course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+    (course / "roster.csv").write_text(f"student_id,account\n{student},{student}\n", encoding="utf-8")
     run(steps["release_assignment"])
 
     # The student fetches and submits the notebook as fetched; the instructor collects it.
@@ -145,15 +149,17 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     run(steps["collect"])
     assert submitted.read_bytes() == as_fetched and (submitted.parent / "timestamp.txt").is_file()
 
-    # The student answers and submits again; collect without --update keeps the first, the guide's takes it.
+    # The student answers and submits again; the guide's collect takes the newer one, and only the notebook
+    # and nbgrader's two text files.
     nbformat.write(filled(ASSIGNMENT, solutions(ASSIGNMENT)), fetched)
     answered = fetched.read_bytes()
     assert answered != as_fetched
     run(steps["submit"])
-    run(steps["collect"], without="--update")
-    assert submitted.read_bytes() == as_fetched
     run(steps["collect"])
     assert submitted.read_bytes() == answered
+    assert sorted(path.name for path in submitted.parent.iterdir()) == [
+        f"{ASSIGNMENT}.ipynb", "submission_secret.txt", "timestamp.txt"
+    ]
 
     # The instructor grades, grades the written answer by hand (the formgrader's page posts what the
     # Gradebook API sets here), writes the feedback and releases it.

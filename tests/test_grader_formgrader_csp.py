@@ -75,3 +75,50 @@ def test_the_policy_forbids_inline_script_and_allows_eval_only_when_asked():
     assert "'unsafe-inline'" not in next(
         part for part in content_security_policy([], allow_eval=True).split("; ") if part.startswith("script-src")
     )
+
+
+def _transformed(path: str, content_type: str, handler_policy: str = "frame-ancestors 'self'"):
+    from types import SimpleNamespace
+
+    from tornado.httputil import HTTPHeaders
+
+    from autograder.formgrader_csp import ScriptPolicy
+
+    headers = HTTPHeaders({"Content-Type": content_type, "Content-Security-Policy": handler_policy})
+    _, headers, _ = ScriptPolicy(SimpleNamespace(path=path)).transform_first_chunk(200, headers, b"<p>", True)
+    return headers
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type", "handler_policy"),
+    [
+        ("/files/submitted/s/04_relative/figure.html", "text/html", "frame-ancestors 'self'; sandbox allow-scripts"),
+        ("/files/submitted/s/04_relative/figure.svg", "image/svg+xml", "frame-ancestors 'self'; sandbox allow-scripts"),
+        ("/nbconvert/html/submitted/s/04_relative/04_relative.ipynb", "text/html", "sandbox allow-scripts"),
+        ("/formgrader/submissions/3f2a/figure.html", "text/html", "frame-ancestors 'self'"),
+        ("/formgrader/submissions/3f2a/sub/figure.js", "application/javascript", "frame-ancestors 'self'"),
+    ],
+)
+def test_a_file_of_the_served_folder_is_sandboxed_without_scripts_and_saved(path, content_type, handler_policy):
+    headers = _transformed(path, content_type, handler_policy)
+    directives = [part.split() for part in headers["Content-Security-Policy"].split(";")]
+    assert ["sandbox"] in directives and not any("allow-scripts" in directive for directive in directives)
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert headers["Content-Disposition"] == "attachment"
+    assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_raster_image_is_sandboxed_and_still_shown():
+    headers = _transformed("/files/autograded/s/04_relative/figure.png", "image/png", "sandbox allow-scripts")
+    assert headers["Content-Security-Policy"].endswith("; sandbox")
+    assert headers["Content-Type"] == "image/png" and "Content-Disposition" not in headers
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/formgrader/submissions/3f2a/", "/formgrader/submissions/3f2a/next", "/formgrader/submissions/components/a.js"],
+)
+def test_the_formgraders_own_pages_and_scripts_are_not_files_of_the_folder(path):
+    headers = _transformed(path, "text/html")
+    assert "sandbox" not in headers["Content-Security-Policy"] and "Content-Disposition" not in headers
+    assert headers["Content-Type"] == "text/html"

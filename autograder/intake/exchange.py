@@ -1,0 +1,335 @@
+"""``python -m autograder collect ASSIGNMENT --roster FILE --out DIR``: nbgrader's exchange read as an intake.
+
+nbgrader's exchange authenticates nobody: its ``inbound/`` folder is writable by every account, a submission
+is a folder named ``<student>+<assignment>+<timestamp>[+<random>]`` that whoever wrote it named, and
+``nbgrader collect`` takes each name's newest timestamp (it only logs "cheating attempt?" when the folder's
+owner is another account) and copies the folder with ``shutil.copytree``, which follows links, into the
+folder where it runs, next to the answer key (``source/``). This module replaces it for the course:
+
+- the inbound folder is read with the intake's rules (:mod:`autograder.intake.safe_files`): nothing is
+  followed (a submission folder or a file that is a link is refused), only regular files are read, a file
+  with more than one hard link is refused like a link, each file is read within its cap (the notebook's
+  :data:`~autograder.intake.sanitize.MAX_NOTEBOOK_BYTES`, nbgrader's short text files'
+  :data:`~autograder.course_directory.MAX_EXCHANGE_FILE_BYTES`), the listing is bounded, and the whole
+  class within :data:`MAX_COLLECTED_BYTES` and the free space of the destination;
+- a submission is accepted only when its folder, and every file read from it, is owned by the account the
+  roster gives the student it names (:func:`read_roster`: a CSV ``student_id,account`` that the instructor
+  writes); a mismatch is refused with a reason that names both accounts;
+- its timestamp (the folder's name, which ``timestamp.txt`` must repeat) is refused when it lies in the
+  future, and so is a submission later than ``deadline`` (its timestamp or the folder's status change time,
+  which the kernel sets at each change and nobody can set to a chosen time, whichever is later) unless the instructor allows late work;
+- each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
+  (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
+  ``submission_secret.txt`` as checked text, nothing else a student put there. DIR must not hold ``source/``
+  (the folder of the answer key), and nothing here reads the folder the command runs in.
+
+Every name and reason shown is escaped like a line of ``report.txt`` by the caller.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import errno
+import os
+import pwd
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
+from autograder.intake.safe_files import _FILE_FLAGS, Folder, Refused, _read_open_file, shown
+from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
+
+MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, in total
+MAX_ROSTER_BYTES = 10 * 1024**2
+# nbgrader refuses '+' and '*' in a student id it is given; the folder's name separates its fields by '+'.
+STUDENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}")
+_TIMESTAMP_TEXT = re.compile(r"[0-9][0-9 :.+\-A-Za-z]{0,60}")
+_SECRET = re.compile(r"[0-9a-f]{16,160}")
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One folder of the exchange's ``inbound/``: its name, the student and the time it claims."""
+
+    name: str
+    student: str
+    timestamp: datetime.datetime  # UTC, naive like nbgrader's
+    timestamp_text: str
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` did: each student's accepted submission (the inbound folder's name), every
+    refused folder with its reason, and warnings about the listing."""
+
+    accepted: dict[str, str] = field(default_factory=dict)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_roster(path: Path) -> dict[str, str]:
+    """The roster ``path``: a CSV file with the header ``student_id,account``, one student a line; returns
+    student id -> account.
+
+    Raises:
+        ValueError: the file is missing or too large, its header is not ``student_id,account``, or a row has
+            an empty field, a student id that is not a valid one, or a student listed twice.
+    """
+    try:
+        text = Path(path).read_bytes()[: MAX_ROSTER_BYTES + 1].decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"roster {str(path)!r} cannot be read: {error}") from error
+    if len(text) > MAX_ROSTER_BYTES:
+        raise ValueError(f"roster {str(path)!r} is larger than {MAX_ROSTER_BYTES} bytes")
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or [cell.strip() for cell in rows[0]] != ["student_id", "account"]:
+        raise ValueError(f"roster {str(path)!r} must start with the header 'student_id,account'")
+    roster: dict[str, str] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        cells = [cell.strip() for cell in row]
+        if len(cells) != 2 or not all(cells):
+            raise ValueError(f"roster {str(path)!r}, line {number}: {row!r} is not 'student_id,account'")
+        student, account = cells
+        if not STUDENT_NAME.fullmatch(student):
+            raise ValueError(
+                f"roster {str(path)!r}, line {number}: student_id {student!r} is not a valid one "
+                "(letters, digits, _.@-)"
+            )
+        if student in roster:
+            raise ValueError(f"roster {str(path)!r}, line {number}: student_id {student!r} is listed twice")
+        roster[student] = account
+    return roster
+
+
+def parse_utc(text: str) -> datetime.datetime:
+    """A timestamp as nbgrader writes it (``2026-11-27 08:40:00.123456 UTC``) as a naive UTC datetime.
+
+    Raises:
+        ValueError: ``text`` is no such timestamp.
+    """
+    from nbgrader.utils import parse_utc as nbgrader_parse_utc
+
+    if not _TIMESTAMP_TEXT.fullmatch(text):
+        raise ValueError(f"{shown(text)!r} is not a timestamp")
+    try:
+        return nbgrader_parse_utc(text)
+    except (ValueError, OverflowError, TypeError) as error:
+        raise ValueError(f"{shown(text)!r} is not a timestamp ({error})") from error
+
+
+def inbound_record(name: str, assignment: str) -> Inbound | None:
+    """The fields of an inbound folder's name ``<student>+<assignment>+<timestamp>[+<random>]``, or None when
+    the name is of another assignment.
+
+    Raises:
+        ValueError: the name is of ``assignment`` but its student or timestamp is not valid.
+    """
+    parts = name.split("+")
+    if len(parts) not in (3, 4) or parts[1] != assignment:
+        return None
+    student, timestamp_text = parts[0], parts[2]
+    if not STUDENT_NAME.fullmatch(student):
+        raise ValueError(f"{shown(student)!r} is not a valid student id")
+    return Inbound(name, student, parse_utc(timestamp_text), timestamp_text)
+
+
+def _account_uid(account: str) -> int:
+    try:
+        return pwd.getpwnam(account).pw_uid
+    except KeyError:
+        raise ValueError(f"the roster's account {account!r} does not exist on this machine") from None
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except KeyError:
+        return f"uid {uid} (no account)"
+
+
+def _read_own_file(folder: Folder, name: str, cap: int, uid: int) -> bytes:
+    """The regular file ``name`` of ``folder``, read like :meth:`Folder.read`, and refused besides when it
+    has more than one hard link or another owner than ``uid``."""
+    if name not in dict(folder.entries()[0]):
+        raise Refused(name, "is missing")
+    try:
+        descriptor = os.open(name, _FILE_FLAGS, dir_fd=folder.descriptor)
+    except OSError as error:
+        why = "is a symbolic link; links are not followed" if error.errno == errno.ELOOP else (
+            f"could not be opened ({error.strerror})"
+        )
+        raise Refused(name, why) from error
+    try:
+        status = os.fstat(descriptor)
+        if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+            raise Refused(name, f"has {status.st_nlink} hard links; links of either kind are not followed")
+        if stat.S_ISREG(status.st_mode) and status.st_uid != uid:
+            raise Refused(name, f"is owned by {_owner(status.st_uid)}, not by the student's account")
+        return _read_open_file(descriptor, name, cap)
+    finally:
+        os.close(descriptor)
+
+
+def _check_timestamp(record: Inbound, changed: datetime.datetime, now, deadline, allow_late: bool) -> None:
+    if record.timestamp > now:
+        raise ValueError(f"its timestamp {record.timestamp_text} lies in the future")
+    latest = max(record.timestamp, changed)
+    if deadline is not None and latest > deadline and not allow_late:
+        raise ValueError(
+            f"it came after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC (its timestamp {record.timestamp_text}, "
+            f"its folder made or changed {changed:%Y-%m-%d %H:%M:%S} UTC); late work is refused without --allow-late"
+        )
+
+
+@dataclass(frozen=True)
+class _Files:
+    notebook_name: str
+    notebook: bytes
+    timestamp: bytes
+    secret: bytes | None
+
+
+def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int, account: str, now,
+                     deadline, allow_late: bool) -> _Files:
+    """The files of one inbound folder, every check passed. Raises ValueError or Refused with the reason."""
+    with inbound.child(record.name) as folder:
+        status = os.fstat(folder.descriptor)
+        if status.st_uid != uid:
+            raise ValueError(
+                f"it names student {record.student!r}, whose account is {account!r} (uid {uid}), but is owned by "
+                f"{_owner(status.st_uid)}"
+            )
+        changed = datetime.datetime.fromtimestamp(status.st_ctime, datetime.UTC).replace(tzinfo=None)
+        _check_timestamp(record, changed, now, deadline, allow_late)
+        names = [name for name, kind in folder.entries()[0] if kind == "file" or kind == "link"]
+        notebooks = sorted(name for name in names if name.endswith(".ipynb"))
+        expected = f"{assignment}.ipynb"
+        if expected in notebooks:
+            chosen = expected
+        elif len(notebooks) == 1:
+            chosen = notebooks[0]
+        else:
+            raise ValueError(f"it holds no {expected}" + (f" but {len(notebooks)} other notebooks" if notebooks else ""))
+        timestamp = _read_own_file(folder, "timestamp.txt", MAX_EXCHANGE_FILE_BYTES, uid).decode("ascii", "replace")
+        if timestamp.strip() != record.timestamp_text:
+            raise ValueError(f"its timestamp.txt says {shown(timestamp.strip())!r}, its name {record.timestamp_text!r}")
+        secret = None
+        if "submission_secret.txt" in names:
+            text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid)
+            if not _SECRET.fullmatch(text.decode("ascii", "replace").strip()):
+                raise ValueError("its submission_secret.txt is not the hexadecimal secret nbgrader writes")
+            secret = text.strip()
+        notebook = _read_own_file(folder, chosen, MAX_NOTEBOOK_BYTES, uid)
+        return _Files(chosen, notebook, record.timestamp_text.encode("ascii"), secret)
+
+
+def _listing(inbound: Folder, assignment: str, collected: Collected) -> list[Inbound]:
+    names, cut = inbound.entries()
+    if cut:
+        collected.warnings.append(f"the inbound folder holds more names than were read ({len(names)})")
+    records = []
+    for name, kind in names:
+        try:
+            record = inbound_record(name, assignment)
+        except ValueError as error:
+            collected.refused.append((name, str(error)))
+            continue
+        if record is None:
+            continue
+        if kind != "folder":
+            what = "a symbolic link; links are not followed" if kind == "link" else "not a folder"
+            collected.refused.append((name, f"it is {what}"))
+            continue
+        records.append(record)
+    return sorted(records, key=lambda record: (record.timestamp, record.name), reverse=True)
+
+
+def check_destination(out: Path) -> None:
+    """Refuse a destination that holds ``source/``: student files never go where the answer key lies.
+
+    Raises:
+        ValueError: ``out`` holds ``source/``, or is a file.
+    """
+    if (out / "source").exists() or (out / "source").is_symlink():
+        raise ValueError(
+            f"out {str(out)!r} holds source/, the answer key: submissions are collected into a folder of their "
+            "own (course/submitted)"
+        )
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out {str(out)!r} is not a folder")
+
+
+def collect(
+    exchange: Path,
+    course_id: str,
+    assignment: str,
+    roster: dict[str, str],
+    out: Path,
+    *,
+    deadline: datetime.datetime | None = None,
+    allow_late: bool = False,
+    now: datetime.datetime | None = None,
+) -> Collected:
+    """Each rostered student's newest accepted submission of ``assignment`` in ``exchange/course_id/inbound``,
+    written into ``out/<student>/<assignment>/`` (replacing what was there); see the module's docstring.
+
+    Raises:
+        ValueError: ``out`` holds ``source/``, or a roster's account does not exist.
+        FileNotFoundError: the exchange has no inbound folder for ``course_id``.
+    """
+    out = Path(out)
+    check_destination(out)
+    uids = {student: _account_uid(account) for student, account in roster.items()}
+    now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    inbound_path = Path(exchange) / course_id / "inbound"
+    if not inbound_path.is_dir():
+        raise FileNotFoundError(f"the exchange {str(exchange)!r} has no inbound folder for course {course_id!r}")
+    collected = Collected()
+    written = 0
+    out.mkdir(parents=True, exist_ok=True)
+    with Folder.open(inbound_path) as inbound:
+        for record in _listing(inbound, assignment, collected):
+            if record.student in collected.accepted:
+                continue  # an older submission of a student already collected
+            if record.student not in roster:
+                collected.refused.append((record.name, f"student {record.student!r} is not in the roster"))
+                continue
+            try:
+                files = _read_submission(
+                    inbound, record, assignment, uids[record.student], roster[record.student], now, deadline,
+                    allow_late,
+                )
+            except (ValueError, Refused) as error:
+                collected.refused.append((record.name, str(error)))
+                continue
+            size = len(files.notebook)
+            if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
+                collected.refused.append((record.name, f"its {size} bytes exceed the class's cap or the free space"))
+                continue
+            _write(out / record.student / assignment, files)
+            written += size
+            collected.accepted[record.student] = record.name
+    return collected
+
+
+def _write(destination: Path, files: _Files) -> None:
+    """Write the notebook and nbgrader's two text files into a new folder, then put it at ``destination``."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
+    (staging / files.notebook_name).write_bytes(files.notebook)
+    (staging / "timestamp.txt").write_bytes(files.timestamp)
+    if files.secret is not None:
+        (staging / "submission_secret.txt").write_bytes(files.secret)
+    staging.chmod(0o755)
+    if destination.is_dir() and not destination.is_symlink():
+        shutil.rmtree(destination)
+    elif destination.exists() or destination.is_symlink():
+        destination.unlink()
+    staging.rename(destination)

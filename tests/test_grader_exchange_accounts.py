@@ -1,0 +1,220 @@
+"""The course's ``collect`` against students who write in each other's names, as the instructors' guide runs it.
+
+nbgrader's exchange lets any account write ``inbound/<student>+<assignment>+<timestamp>``; ``python -m
+autograder collect`` accepts a submission only when its folder and files belong to the account that the roster
+gives the student it names. Three accounts are made with ``useradd`` (the tests run as root): two students
+and an impostor. Each submission is made with ``nbgrader submit --student NAME`` and then given (``chown``) to
+the account that submits it, which is what the owner check reads: an account's submission is a folder that
+account owns.
+
+The slow test runs the instructor's lines of the guide's loop (book/guide_instructors.md, "The whole loop:
+nbgrader's exchange", read by tests/test_grader_exchange.py) as written: ``course``, ``release_assignment``,
+then, after the submissions, ``collect`` and ``grade``. Alice submits the notebook as fetched, then the full
+solution; Bob the full solution, then the planted mistakes; the impostor submits a blank notebook in Alice's
+name (the newest of her name) and one in Bob's name dated 2099. Each student's newest own notebook must be
+graded (13 and 6 points, tests/test_grader_roundtrip.py's), and the impostor's two folders refused and named.
+
+The fast tests check the other refusals of ``collect`` on folders made by hand: links of either kind, a file
+of another owner in a student's own folder, a deadline, and a destination that holds ``source/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from planted import OTHER_MISTAKES, ROOT, filled, run_module, sandbox_missing, solutions, with_mistakes
+from test_grader_exchange import GUIDE, guide_loop
+
+ASSIGNMENT = "04_relative"
+POINTS = {"alice": 13.0, "bob": 6.0}  # the full solution and OTHER_MISTAKES (tests/test_grader_roundtrip.py)
+COURSE = "posenc"
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    """Three new accounts of this machine: ``alice``, ``bob`` and ``impostor`` -> (account name, uid)."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("making student accounts needs root and useradd")
+    suffix = secrets.token_hex(3)
+    made = {}
+    try:
+        for role in ("alice", "bob", "impostor"):
+            name = f"pe{role[:3]}{suffix}"
+            subprocess.run(
+                ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", name],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            made[role] = (name, pwd.getpwnam(name).pw_uid)
+        yield made
+    finally:
+        for name, _ in made.values():
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+def _roster(path: Path, accounts) -> Path:
+    path.write_text(
+        f"student_id,account\nalice,{accounts['alice'][0]}\nbob,{accounts['bob'][0]}\n", encoding="utf-8"
+    )
+    return path
+
+
+def _give(folder: Path, uid: int) -> None:
+    """``chown -R`` without following links: the account that owns a submission is the one that made it."""
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+
+
+def _inbound_folder(inbound: Path, student: str, timestamp: str, uid: int, notebook: bytes = b"{}") -> Path:
+    """A submission as nbgrader's submit writes it, owned by ``uid``."""
+    folder = inbound / f"{student}+{ASSIGNMENT}+{timestamp}"
+    folder.mkdir(parents=True)
+    (folder / f"{ASSIGNMENT}.ipynb").write_bytes(notebook)
+    (folder / "timestamp.txt").write_text(timestamp)
+    (folder / "submission_secret.txt").write_text(secrets.token_hex(64))
+    _give(folder, uid)
+    return folder
+
+
+def _collect(exchange: Path, roster: Path, out: Path, *options: str, cwd: Path = ROOT):
+    completed = run_module(
+        "autograder", "collect", ASSIGNMENT, "--roster", str(roster), "--out", str(out),
+        f"--exchange={exchange}", *options, cwd=cwd,
+    )  # fmt: skip
+    return completed
+
+
+def _refused(stdout: str) -> dict[str, str]:
+    return dict(
+        line.removeprefix("refused ").split(": ", 1) for line in stdout.splitlines() if line.startswith("refused ")
+    )
+
+
+def test_links_of_either_kind_another_owners_file_and_the_deadline_are_refused(tmp_path, accounts):
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    alice, bob, impostor = (accounts[role][1] for role in ("alice", "bob", "impostor"))
+    answer_key = ROOT / "autograder" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    # Alice: an honest submission, then a newer one whose notebook is a symbolic link to the answer key.
+    honest = _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", alice, b'{"honest": 1}')
+    (honest / "figure.html").write_text("<script>alert(1)</script>")
+    _give(honest, alice)
+    linked = _inbound_folder(inbound, "alice", "2026-01-02 10:00:00.000000 UTC", alice)
+    (linked / f"{ASSIGNMENT}.ipynb").unlink()
+    (linked / f"{ASSIGNMENT}.ipynb").symlink_to(answer_key)
+    _give(linked, alice)
+    # Bob: an honest submission; a newer one that hard-links a copy of the answer key he owns; a newer one
+    # holding a notebook the impostor owns; the newest, a folder that is a link to Alice's.
+    _inbound_folder(inbound, "bob", "2026-01-01 11:00:00.000000 UTC", bob, b'{"bob": 1}')
+    hard = _inbound_folder(inbound, "bob", "2026-01-02 11:00:00.000000 UTC", bob)
+    (hard / f"{ASSIGNMENT}.ipynb").unlink()
+    shutil.copyfile(answer_key, tmp_path / "copy.ipynb")
+    os.link(tmp_path / "copy.ipynb", hard / f"{ASSIGNMENT}.ipynb")
+    _give(hard, bob)
+    planted = _inbound_folder(inbound, "bob", "2026-01-03 11:00:00.000000 UTC", bob)
+    os.chown(planted / f"{ASSIGNMENT}.ipynb", impostor, impostor)
+    (inbound / f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC").symlink_to(honest)
+
+    completed = _collect(exchange, roster, out, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    refused = _refused(completed.stdout)
+    assert refused[linked.name] == f"{ASSIGNMENT}.ipynb is a symbolic link; links are not followed"
+    assert refused[hard.name].startswith(f"{ASSIGNMENT}.ipynb has 2 hard links"), refused
+    assert f"is owned by '{accounts['impostor'][0]}'" in refused[planted.name], refused
+    assert refused[f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC"] == "it is a symbolic link; links are not followed"
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"honest": 1}'
+    assert (out / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"bob": 1}'
+    assert sorted(path.name for path in (out / "alice" / ASSIGNMENT).iterdir()) == [
+        f"{ASSIGNMENT}.ipynb", "submission_secret.txt", "timestamp.txt"
+    ]  # figure.html stayed in the exchange
+
+    # A deadline before Bob's honest submission refuses it, unless late work is allowed.
+    shutil.rmtree(out)
+    deadline = "--deadline=2026-01-01 10:30:00 UTC"
+    completed = _collect(exchange, roster, out, deadline, cwd=tmp_path)
+    # Every folder here was made today: its status change time is past the deadline as well.
+    assert "came after the deadline 2026-01-01 10:30:00 UTC" in _refused(completed.stdout)[f"bob+{ASSIGNMENT}+2026-01-01 11:00:00.000000 UTC"]
+    assert not (out / "bob").exists() and not (out / "alice").exists()
+    completed = _collect(exchange, roster, out, deadline, "--allow-late", cwd=tmp_path)
+    assert (out / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"bob": 1}'
+
+
+def test_collect_refuses_a_destination_that_holds_the_answer_key(tmp_path, accounts):
+    exchange = tmp_path / "exchange"
+    (exchange / COURSE / "inbound").mkdir(parents=True)
+    (tmp_path / "course" / "source").mkdir(parents=True)
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    completed = _collect(exchange, roster, tmp_path / "course", cwd=tmp_path)
+    assert completed.returncode == 2
+    assert "holds source/, the answer key" in completed.stderr
+
+
+@pytest.mark.slow
+def test_each_students_newest_own_work_is_graded_and_the_impostor_is_named(tmp_path, monkeypatch, accounts):
+    if reason := sandbox_missing():
+        pytest.skip(f"the grader's sandbox cannot run here: {reason}")
+    exchange, root, home = tmp_path / "exchange", tmp_path / "instructor", tmp_path / "home"
+    for folder in (exchange, root, home):
+        folder.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    steps = {step.arguments[0]: step for step in guide_loop(GUIDE.read_text(encoding="utf-8"))}
+    course, inbound = root / "course", exchange / COURSE / "inbound"
+
+    def run(step, *extra: str):
+        cwd = root / step.folder if step.folder != "~" else home
+        completed = run_module(step.module, *step.arguments, *extra, cwd=cwd, timeout=900)
+        assert completed.returncode == 0, (step, completed.stdout[-3000:] + completed.stderr[-3000:])
+        return completed
+
+    run(steps["course"])
+    run(steps["release_assignment"], f"--Exchange.root={exchange}")
+    _roster(course / "roster.csv", accounts)
+    blank = filled(ASSIGNMENT, {})
+
+    def submit(student: str, notebook, role: str) -> Path:
+        """``nbgrader submit --student STUDENT`` from the home, the new folder given to ``role``'s account."""
+        (home / ASSIGNMENT).mkdir(exist_ok=True)
+        nbformat.write(notebook, home / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+        before = set(inbound.iterdir()) if inbound.exists() else set()
+        completed = run_module(
+            "nbgrader", "submit", ASSIGNMENT, f"--CourseDirectory.student_id={student}", f"--course={COURSE}",
+            f"--Exchange.root={exchange}", cwd=home,
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        (folder,) = set(inbound.iterdir()) - before
+        _give(folder, accounts[role][1])
+        return folder
+
+    submit("alice", blank, "alice")
+    submit("alice", filled(ASSIGNMENT, solutions(ASSIGNMENT)), "alice")
+    submit("bob", filled(ASSIGNMENT, solutions(ASSIGNMENT)), "bob")
+    submit("bob", with_mistakes(ASSIGNMENT, OTHER_MISTAKES[ASSIGNMENT]), "bob")
+    posing = submit("alice", blank, "impostor")  # the newest in Alice's name
+    future = submit("bob", blank, "impostor")
+    dated = future.with_name(f"bob+{ASSIGNMENT}+2099-01-01 00:00:00.000000 UTC")
+    future.rename(dated)
+    (dated / "timestamp.txt").write_text("2099-01-01 00:00:00.000000 UTC")
+    _give(dated, accounts["impostor"][1])
+
+    collected = run(steps["collect"], f"--exchange={exchange}")
+    refused = _refused(collected.stdout)
+    impostor = accounts["impostor"][0]
+    assert refused[posing.name] == (
+        f"it names student 'alice', whose account is '{accounts['alice'][0]}' (uid {accounts['alice'][1]}), "
+        f"but is owned by '{impostor}' (uid {accounts['impostor'][1]})"
+    ), collected.stdout
+    assert dated.name in refused and (impostor in refused[dated.name] or "future" in refused[dated.name])
+    assert len(refused) == 2, collected.stdout
+
+    run(steps["grade"])
+    with open(course / "grades.csv", newline="") as handle:
+        scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+    assert scores == POINTS
