@@ -195,6 +195,41 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
             task=parameters["table"]["task"], low=parameters["table"]["sizes"][0], high=parameters["table"]["sizes"][1],
             first=parameters["table"]["seeds"][0], last=parameters["table"]["seeds"][-1],
             kinds=", ".join(parameters["table"]["scores"]))),
+        # 6.5: a table of the committed study with three seeds, a sample the size of the live run: one task,
+        # four kinds (in the order of their mean at sizes 17 to 24), each score a seed's mean exact match over
+        # sizes 9 to 16 and 17 to 24, to two decimals. The answers of the tables all differ.
+        VariedItem("06_comparison", "6.5", {"table": (
+            {"task": "who-bites-whom", "seeds": (3, 4, 5), "scores": {
+                "beyond": {"none": (0.77, 0.81, 0.76), "t5": (0.74, 0.78, 0.73), "learned": (0.41, 0.29, 0.39), "sinusoidal": (0.52, 0.49, 0.55)},
+                "far": {"none": (0.3, 0.39, 0.32), "t5": (0.28, 0.31, 0.21), "learned": (0.23, 0.1, 0.12), "sinusoidal": (0.11, 0.09, 0.21)},
+            }},
+            {"task": "who-bites-whom", "seeds": (1, 2, 3), "scores": {
+                "beyond": {"none": (0.8, 0.79, 0.77), "shaw": (0.69, 0.71, 0.69), "rope": (0.49, 0.52, 0.52), "sinusoidal": (0.54, 0.59, 0.52)},
+                "far": {"none": (0.46, 0.44, 0.3), "shaw": (0.23, 0.19, 0.22), "rope": (0.14, 0.15, 0.19), "sinusoidal": (0.16, 0.2, 0.11)},
+            }},
+            {"task": "associative recall", "seeds": (0, 1, 2), "scores": {
+                "beyond": {"rope": (0.84, 0.83, 0.81), "sinusoidal": (0.57, 0.65, 0.59), "learned": (0.52, 0.55, 0.52), "none": (0.29, 0.31, 0.3)},
+                "far": {"rope": (0.38, 0.36, 0.26), "sinusoidal": (0.32, 0.33, 0.34), "learned": (0.32, 0.31, 0.26), "none": (0.19, 0.19, 0.18)},
+            }},
+            {"task": "associative recall", "seeds": (3, 4, 5), "scores": {
+                "beyond": {"alibi": (0.64, 0.63, 0.61), "sinusoidal": (0.59, 0.66, 0.69), "rope": (0.84, 0.83, 0.8), "none": (0.29, 0.3, 0.3)},
+                "far": {"alibi": (0.45, 0.43, 0.41), "sinusoidal": (0.28, 0.4, 0.36), "rope": (0.41, 0.3, 0.23), "none": (0.19, 0.19, 0.18)},
+            }},
+            {"task": "who-bites-whom", "seeds": (0, 1, 2), "scores": {
+                "beyond": {"none": (0.74, 0.8, 0.79), "shaw": (0.68, 0.69, 0.71), "sinusoidal": (0.55, 0.54, 0.59), "learned": (0.31, 0.39, 0.43)},
+                "far": {"none": (0.28, 0.46, 0.44), "shaw": (0.17, 0.23, 0.19), "sinusoidal": (0.12, 0.16, 0.2), "learned": (0.06, 0.15, 0.16)},
+            }},
+            {"task": "who-bites-whom", "seeds": (6, 7, 8), "scores": {
+                "beyond": {"none": (0.77, 0.76, 0.77), "sinusoidal": (0.54, 0.66, 0.56), "shaw": (0.88, 0.69, 0.55), "learned": (0.31, 0.38, 0.38)},
+                "far": {"none": (0.37, 0.33, 0.39), "sinusoidal": (0.23, 0.32, 0.27), "shaw": (0.49, 0.22, 0.08), "learned": (0.14, 0.18, 0.2)},
+            }},
+            {"task": "associative recall", "seeds": (4, 5, 6), "scores": {
+                "beyond": {"alibi": (0.63, 0.61, 0.58), "sinusoidal": (0.66, 0.69, 0.59), "learned": (0.5, 0.43, 0.44), "rope": (0.83, 0.8, 0.79)},
+                "far": {"alibi": (0.43, 0.41, 0.39), "sinusoidal": (0.4, 0.36, 0.31), "learned": (0.3, 0.29, 0.28), "rope": (0.3, 0.23, 0.27)},
+            }},
+        )}, lambda parameters: "{task}, seeds {seeds}, the kinds {kinds}".format(
+            task=parameters["table"]["task"], seeds=", ".join(map(str, parameters["table"]["seeds"])),
+            kinds=", ".join(parameters["table"]["scores"]["far"]))),
         # 6.4: batch * head_dim differs for every pair, and by a factor other than 4 or 16 (n's steps); the
         # clipping distance k changes the rewrite's table of relative scores only
         VariedItem("06_comparison", "6.4",

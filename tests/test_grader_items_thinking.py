@@ -529,10 +529,9 @@ LETTERED = {
     "06_comparison": [
         ("quiz_fifth_kind", "B", {"A": "multiplies the smallest of m", "C": "now ten", "D": "adjusts every p-value"}),
         ("quiz_order_blind", "C", {"A": "the layout only orders", "B": "1 radian a token", "D": "a scaled table"}),
-        ("claims", "B", {"A": "flat perplexity", "C": "touch at 512", "D": "the ranges of seeds overlap"}),
     ],
 }
-VARIABLE = {"claims": "supported_claim"}
+VARIABLE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(("assignment", "item", "right", "wrong"),
@@ -620,30 +619,90 @@ def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():
     assert (pooled(tokens[permutation] + 0.1 * pe) - pooled(tokens + 0.1 * pe)).abs().max() > 1e-6
 
 
-def test_6_5_the_range_rule_on_the_table_of_the_question_supports_claim_b_only():
-    """The table parsed from the question's markdown, the four claims checked on it with the range rule."""
-    import re
+def three_seeds_tables() -> tuple[dict, ...]:
+    """The allowed tables of 6.5 (the student's side of the item), the one answer key's first."""
+    from autograder.parameters import varied_item
 
-    question = source_cells("06_comparison")["claims_question"]
-    rows = {}
-    for line in question.splitlines():
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if len(cells) == 6 and "[" in line:
-            rows[cells[0]] = [tuple(float(value) for value in re.findall(r"\[([\d.]+), ([\d.]+)\]", cell)[0])
-                              if "[" in cell else None for cell in cells[1:]]
-    lengths = (512, 1024, 2048, 4096)
-    alibi, rope, fine_tuned, sinusoidal = (rows[kind] for kind in (
-        "alibi", "rope", "rope, position interpolation, fine-tuned at 4,096", "sinusoidal"))
+    return varied_item("06_comparison", "6.5").choices["table"]
 
-    def lower(a, b):  # every seed of a below every seed of b
-        return a[1] < b[0]
 
-    claim_b = lower(rope[0], alibi[0]) and fine_tuned[4][0] > alibi[4][1]
-    claim_c = all(lower(fine_tuned[index], alibi[index]) for index in range(len(lengths)))
-    claim_d = all(lower(rope[index], sinusoidal[index]) for index in range(1, len(lengths)))
-    claim_a = alibi[4][1] >= 0.5  # a model that uses the whole input finds the far fact
-    assert (claim_a, claim_b, claim_c, claim_d) == (False, True, False, False)
-    assert solution_namespace("06_comparison", "claims_answer")["supported_claim"] == "B"
+def separated(first, second, strict: bool = True) -> int:
+    """The range rule on three seeds, written here with numpy: 1, -1 or 0."""
+    low_a, high_a, low_b, high_b = np.min(first), np.max(first), np.min(second), np.max(second)
+    above = low_a > high_b if strict else low_a >= high_b
+    below = low_b > high_a if strict else low_b >= high_a
+    return 1 if above else -1 if below else 0
+
+
+def three_seeds_derivation(scores) -> dict:
+    """6.5's right answer and each named mistake (by a fragment of its message) for a table."""
+    kinds = list(scores["far"])
+    pairs = [(kinds[i], kinds[j]) for i in range(4) for j in range(i + 1, 4)]
+    far, beyond = scores["far"], scores["beyond"]
+    right = [separated(far[a], far[b]) for a, b in pairs]
+    means = [int(np.sign(round(float(np.mean(far[a])), 2) - round(float(np.mean(far[b])), 2))) for a, b in pairs]
+    return {"right": right, "mistakes": [
+        ("a higher mean is not enough", means),
+        ("the ranges touch", [separated(far[a], far[b], strict=False) for a, b in pairs]),
+        ("sizes 9 to 16", [separated(beyond[a], beyond[b]) for a, b in pairs]),
+        ("the wrong way round", [-value for value in right]),
+    ]}
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_6_5_every_allowed_table_gets_the_range_rule_and_its_named_mistakes(index):
+    from autograder.variants.comparison import VARIANTS
+
+    table = three_seeds_tables()[index]
+    (variant,) = [variant for variant in VARIANTS if variant.item == "6.5"]
+    constants = variant.constants({"table": table})
+    derived = three_seeds_derivation(table["scores"])
+    assert constants["EXPECTED"] == derived["right"] and 0 < derived["right"].count(0) < 6
+    kept, seen = [], [derived["right"]]
+    for fragment, answer in derived["mistakes"]:
+        if answer not in seen:
+            kept.append((fragment, answer))
+            seen.append(answer)
+    assert len(constants["MISTAKES"]) == len(kept) >= 2
+    for (fragment, answer), (why, listed) in zip(kept, constants["MISTAKES"], strict=True):
+        assert listed == answer and fragment in why, (fragment, why)
+    assert kept[0][0] == "a higher mean is not enough"  # the means always order a pair the rule leaves
+
+
+def test_6_5_the_tables_are_the_committed_studys_seed_scores_and_their_answers_differ():
+    import csv
+    import statistics
+
+    from autograder import REPOSITORY
+
+    names = {"who-bites-whom": "bites", "associative recall": "recall"}
+    exact: dict = {}
+    with open(Path(REPOSITORY) / "book" / "data" / "length-generalization" / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            exact.setdefault((row["task"], row["position"], int(row["seed"])), {})[int(row["length"])] = float(row["accuracy"])
+    for table in three_seeds_tables():
+        assert len(table["seeds"]) == 3 and list(table["scores"]["far"]) == list(table["scores"]["beyond"])
+        for which, (low, high) in (("beyond", (9, 16)), ("far", (17, 24))):
+            for kind, scores in table["scores"][which].items():
+                study = [statistics.fmean(exact[names[table["task"]], kind, seed][n] for n in range(low, high + 1))
+                         for seed in table["seeds"]]
+                assert list(scores) == [round(score, 2) for score in study], (table["task"], kind, which)
+    answers = [tuple(three_seeds_derivation(table["scores"])["right"]) for table in three_seeds_tables()]
+    assert len(set(answers)) == len(answers)
+
+
+def test_6_5_the_solution_and_right_forms_pass_and_each_mistake_gets_its_message(monkeypatch):
+    derived = three_seeds_derivation(three_seeds_tables()[0]["scores"])
+    assert derived["right"] == [0, 1, 1, 0, 0, 0]
+    solution = check_item(
+        "06_comparison", "claims_answer", "claims_test", "far_pairs",
+        [(0, 1, 1, 0, 0, 0), [0.0, 1.0, 1.0, 0.0, 0.0, 0.0], [np.int64(value) for value in derived["right"]]],
+        [(answer, fragment) for fragment, answer in derived["mistakes"]] + [([0, 1, 0, 0, 0, 0], "got 0, expected 1")],
+        monkeypatch,
+    )
+    assert solution == derived["right"]
+    passed, message = grade_item(monkeypatch, "06_comparison", "claims_test", values={"far_pairs": [0, 1, 1, 0, 0, 2]})
+    assert not passed and message.startswith(VISIBLE_FAILURE)
 
 
 def test_4_4_and_4_5_the_slopes_with_a_maximum_bias_are_mpts():

@@ -510,14 +510,18 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
 
         sizes = parameters["6.4"]
         rewrite = shaw_rewrite(*(sizes[name] for name in ("batch", "heads", "tokens", "head_dim", "max_distance")))
+        from test_grader_items_thinking import three_seeds_derivation  # the independent derivation of 6.5
+
         adjusted_p, ordered = seeds_derivation(parameters["6.3"]["table"]["scores"])["expected"]
+        far_pairs = three_seeds_derivation(parameters["6.5"]["table"]["scores"])["right"]
         chosen = {}
         for item, kinds in CASES.items():
             (name, case), = parameters[item].items()
             (variant,) = [variant for variant in variants_of(assignment) if variant.item == item]
             chosen[f"choice_{item[-2]}_answer"] = f"choice_{item[-2]} = {kinds[variant.choices[name].index(case)]!r}"
         return {**chosen, "shaw_memory_answer": f"shaw_rewrite = {[round(x, 3) for x in rewrite]}",
-                "seeds_answer": f"adjusted_p = {[round(p, 4) for p in adjusted_p]}\nordered_pairs = {ordered}"}
+                "seeds_answer": f"adjusted_p = {[round(p, 4) for p in adjusted_p]}\nordered_pairs = {ordered}",
+                "claims_answer": f"far_pairs = {far_pairs}"}
     return literal_answers(parameters)
 
 

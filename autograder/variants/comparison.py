@@ -1,5 +1,6 @@
 r"""The varied items of chapter 6 (comparison): 6.1, the kind each case calls for; 6.3, what six seeds of the
-committed study support; 6.4, the memory of Shaw's relative scores without the five-dimensional product.
+committed study support; 6.4, the memory of Shaw's relative scores without the five-dimensional product; 6.5,
+what three seeds of the study separate by the range rule.
 
 6.1: each part draws one of three cases (:mod:`autograder.parameters`); :data:`CASE_KINDS` gives, in the order
 of the allowed cases, the one kind of ``posenc_ref`` that meets every constraint of each, and each other kind's
@@ -19,6 +20,11 @@ values per query. Computed once per query and offset (``q @ rel_k_table.T``) it 
 :math:`4 B H n (2k + 1) / 2^{20}` and :math:`4 B H n^2 / 2^{20}`, and the plain product
 :math:`(B, H, n, n, d_\text{head})` is :math:`n\, d_\text{head} / (2k + 1 + n)` times their sum. The byte counts
 come from tensors of those shapes (``torch.empty(..., device="meta")``, which allocates nothing).
+
+6.5: the student's table holds four kinds' scores on three seeds at sizes 9 to 16 and 17 to 24. For each pair at
+17 to 24, 1 where every seed of the first kind lies above every seed of the second, -1 the other way round, 0
+where the ranges overlap or touch. The named mistakes order by the means, count touching ranges as separated,
+read the column of sizes 9 to 16, or swap the signs.
 """
 
 from __future__ import annotations
@@ -247,8 +253,51 @@ def _rewrite(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {"EXPECTED": right, "MISTAKES": _far_apart(right, mistakes, MIB_TOLERANCE)}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# 6.5
+# ---------------------------------------------------------------------------------------------------------
+
+
+def range_rule(first: tuple[float, ...], second: tuple[float, ...], *, strict: bool = True) -> int:
+    """1 where every seed of ``first`` lies above every seed of ``second``, -1 the other way round, else 0
+    (``strict=False``, a mistake: ranges that touch count as separated)."""
+    if min(first) > max(second) or (not strict and min(first) >= max(second)):
+        return 1
+    if min(second) > max(first) or (not strict and min(second) >= max(first)):
+        return -1
+    return 0
+
+
+def _by_mean(first: tuple[float, ...], second: tuple[float, ...]) -> int:
+    a, b = round(statistics.fmean(first), 2), round(statistics.fmean(second), 2)  # the means as the table prints them
+    return (a > b) - (a < b)
+
+
+def three_seeds_answers(scores: Mapping[str, Mapping[str, tuple[float, ...]]]) -> dict[str, Any]:
+    """What 6.5 expects and names for a table: scores[range][kind] -> the three seeds' scores."""
+    far, beyond = scores["far"], scores["beyond"]
+    pairs = list(itertools.combinations(far, 2))
+    right = [range_rule(far[a], far[b]) for a, b in pairs]
+    mistakes = [
+        (("a higher mean is not enough: the range rule separates two kinds only where every seed of one lies above "
+          "every seed of the other"), [_by_mean(far[a], far[b]) for a, b in pairs]),
+        (("where the lowest seed of one kind equals the highest seed of the other, the ranges touch: the rule asks "
+          "for every seed strictly above"), [range_rule(far[a], far[b], strict=False) for a, b in pairs]),
+        ("these are the pairs at sizes 9 to 16; the question asks for sizes 17 to 24",
+         [range_rule(beyond[a], beyond[b]) for a, b in pairs]),
+        ("the signs are the wrong way round: 1 where the first kind of the pair lies above the second, -1 below",
+         [-value for value in right]),
+    ]
+    return {"EXPECTED": right, "MISTAKES": distinct_mistakes(right, mistakes)}
+
+
+def _three_seeds(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    return three_seeds_answers(parameters["table"]["scores"])
+
+
 VARIANTS = (
     *(Variant.of(ASSIGNMENT, item, f"choice_{item[-2]}_test", _case(item)) for item in CASE_KINDS),
     Variant.of(ASSIGNMENT, "6.3", "seeds_test", _seeds),
     Variant.of(ASSIGNMENT, "6.4", "shaw_memory_test", _rewrite),
+    Variant.of(ASSIGNMENT, "6.5", "claims_test", _three_seeds),
 )
