@@ -158,14 +158,14 @@ def seeds_answers(scores: Mapping[str, tuple[float, ...]]) -> dict[str, Any]:
           "the next by 5, and so on, none below the one before"), raw),
         ("this is Bonferroni's correction, every p-value times 6; Holm's multiplies the k-th smallest by 7 - k",
          [min(1.0, len(pairs) * p) for p in raw]),
-        ("Holm's adjusted p-values never decrease from the smallest raw p-value to the largest: each is at least "
-         "the one before it", holm_adjusted(raw, running_maximum=False)),
+        (("Holm's adjusted p-values never decrease from the smallest raw p-value to the largest: each is at least "
+         "the one before it"), holm_adjusted(raw, running_maximum=False)),
         (("these come from an unpaired test (Welch's): every seed trained the kinds on the same data, so test the "
           "per-seed differences, a paired test"), holm_adjusted(welch)),
         (("these come from an unpaired test (with pooled variances): every seed trained the kinds on the same "
           "data, so test the per-seed differences, a paired test"), holm_adjusted(pooled)),
-        ("these come from one-sided tests: whether either kind of a pair lies above the other is a two-sided "
-         "question", one_sided),
+        (("these come from one-sided tests: whether either kind of a pair lies above the other is a two-sided "
+         "question"), one_sided),
         (("these are the p-values of unpaired tests (Welch's), before the correction: test the per-seed "
           "differences (a paired test), then apply Holm's correction"), welch),
         (("these are the p-values of unpaired tests (with pooled variances), before the correction: test the "
@@ -245,8 +245,8 @@ def _rewrite(parameters: Mapping[str, Any]) -> dict[str, Any]:
         ("a MiB is 2**20 bytes, not 10**6", [relative * MIB / 1e6, gathered * MIB / 1e6, ratio]),
         ("both tensors hold a row for every batch element: (batch, heads, ...)",
          [relative / b, gathered / b, ratio]),
-        ("the ratio compares the plain product with both tensors of the rewrite together, not with the relative "
-         "scores alone", rewrite_answer(b, h, n, d, 2 * k + 1, plain_over=lambda relative, gathered: relative)),
+        (("the ratio compares the plain product with both tensors of the rewrite together, not with the relative "
+         "scores alone"), rewrite_answer(b, h, n, d, 2 * k + 1, plain_over=lambda relative, gathered: relative)),
         ("the ratio is the plain product over the rewrite's two tensors, not the other way round",
          [relative, gathered, 1 / ratio]),
     ]
