@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,19 +170,19 @@ def test_5_7_the_planted_bug_is_detectable_with_the_tools_the_item_names():
 # 6.3: the pairs that six seeds support, decided as chapter 6 decides them, derived here without posenc_ref
 # ---------------------------------------------------------------------------------------------------------
 
-SEEDS_KINDS = ("alibi", "t5", "rope", "sinusoidal")  # the question's pairs are their itertools.combinations
 ALPHA = MARGIN = FLOOR = 0.05
 
 
+def seeds_tables() -> tuple[dict, ...]:
+    """The allowed tables of 6.3 (the student's side of the item), the one answer key's first."""
+    from autograder.parameters import varied_item
+
+    return varied_item("06_comparison", "6.3").choices["table"]
+
+
 def seeds_table() -> dict[str, list[float]]:
-    """The scores of 6.3, read from the table of its question: kind -> one score per seed."""
-    rows = {}
-    for line in source_cells("06_comparison")["seeds_question"].splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if cells[0] in SEEDS_KINDS:
-            rows[cells[0]] = [float(cell) for cell in cells[1:]]
-    assert list(rows) == list(SEEDS_KINDS)
-    return rows
+    """The scores of the one answer key's table of 6.3: kind -> one score per seed."""
+    return {kind: list(scores) for kind, scores in seeds_tables()[0]["scores"].items()}
 
 
 def t_two_sided_closed_form(t: float, df: int) -> float:
@@ -259,11 +260,11 @@ def seeds_decisions(scores, adjusted, effect: bool = True) -> list[bool]:
     return decided
 
 
-def seeds_derivation() -> dict:
-    """Every answer 6.3 expects or names, derived from the question's table with numpy and closed forms: the
-    adjusted p-values and the orderings, each as ``(a fragment of the message that names it, the answer)``, the
-    expected ones under ``"expected"``."""
-    scores = seeds_table()
+def seeds_derivation(scores: dict | None = None) -> dict:
+    """Every answer 6.3 expects or names for a table (the answer key's by default), derived with numpy and closed
+    forms: the adjusted p-values and the orderings, each as ``(a fragment of the message that names it, the
+    answer)``, the expected ones under ``"expected"``."""
+    scores = {kind: list(values) for kind, values in (scores or seeds_table()).items()}
     pairs = list(itertools.combinations(scores, 2))
     tests = {name: [statistic(scores[a], scores[b]) for a, b in pairs]
              for name, statistic in (("paired", paired_t), ("pooled", pooled_t), ("welch", welch_t))}
@@ -290,26 +291,55 @@ def seeds_derivation() -> dict:
     ranges = [min(scores[a]) > max(scores[b]) or min(scores[b]) > max(scores[a]) for a, b in pairs]
     orderings = [
         ("range rule", ranges),
-        ("an unpaired test sets", seeds_decisions(scores, holm_adjusted(raw["welch"]))),
-        ("which an unpaired test misses", seeds_decisions(scores, raw["welch"])),
-        ("which an unpaired test misses", seeds_decisions(scores, holm_adjusted(raw["pooled"]))),
-        ("which an unpaired test misses", seeds_decisions(scores, raw["pooled"])),
-        ("pass a test on their own", seeds_decisions(scores, raw["paired"])),
-        ("pass a test on their own", seeds_decisions(scores, one_sided)),
-        ("less than the margin", seeds_decisions(scores, expected_p, effect=False)),
+        ("unpaired test (Welch's), which sets", seeds_decisions(scores, holm_adjusted(raw["welch"]))),
+        ("unpaired test (Welch's) without Holm's", seeds_decisions(scores, raw["welch"])),
+        ("unpaired test (with pooled variances): every", seeds_decisions(scores, holm_adjusted(raw["pooled"]))),
+        ("unpaired test (with pooled variances) without", seeds_decisions(scores, raw["pooled"])),
+        ("pass the paired test on their own", seeds_decisions(scores, raw["paired"])),
+        ("one-sided", seeds_decisions(scores, one_sided)),
+        ("at least the margin of 0.05", seeds_decisions(scores, expected_p, effect=False)),
         ("never decrease", seeds_decisions(scores, holm_adjusted(raw["paired"], running_maximum=False))),
-        ("the means differ for every pair", [True] * len(pairs)),
-        ("alibi lies above t5, rope and sinusoidal", [False] * len(pairs)),
+        ("not every pair has all three", [True] * len(pairs)),
+        ("those are ordered", [False] * len(pairs)),
     ]
     return {"scores": scores, "pairs": pairs, "raw": raw, "p_values": p_values, "orderings": orderings,
             "expected": (expected_p, seeds_decisions(scores, expected_p))}
 
 
+def check_seeds_constants(derived: dict, constants: dict) -> None:
+    """The constants of 6.3 for one table against the derivation: the expected answers, every listed mistake
+    (in the derivation's order, those that coincide with the right answer or an earlier mistake left out), each
+    with its own message."""
+    expected_p, expected_order = derived["expected"]
+    assert constants["EXPECTED"] == pytest.approx(expected_p, abs=1e-6)
+    assert constants["EXPECTED_ORDER"] == expected_order
+    kept, seen = [], [expected_p]
+    for fragment, values in derived["p_values"]:  # the far-apart rule of the grader, applied here again
+        if all(max(abs(a - b) for a, b in zip(values, other, strict=True)) > 2 * 0.001 for other in seen):
+            kept.append((fragment, values))
+            seen.append(values)
+    assert len(constants["MISTAKES"]) == len(kept)
+    for (fragment, values), (description, listed) in zip(kept, constants["MISTAKES"], strict=True):
+        assert fragment in description and listed == pytest.approx(values, abs=1e-6), (fragment, description)
+    named = [values for _, values in constants["MISTAKES"]] + [constants["EXPECTED"]]
+    for first, second in itertools.combinations(named, 2):  # no answer lies within the tolerance of two of these
+        assert max(abs(a - b) for a, b in zip(first, second, strict=True)) > 2 * 0.001
+    kept, seen = [], [expected_order]
+    for fragment, answer in derived["orderings"]:
+        if answer not in seen:
+            kept.append((fragment, answer))
+            seen.append(answer)
+    assert len(constants["MISTAKES_ORDER"]) == len(kept)
+    for (fragment, answer), (why, listed) in zip(kept, constants["MISTAKES_ORDER"], strict=True):
+        assert listed == answer and fragment in why, (fragment, why)
+    assert len({why for why, _ in constants["MISTAKES_ORDER"]}) == len(constants["MISTAKES_ORDER"])
+
+
 def test_6_3_expects_the_paired_holm_corrected_decision_and_names_the_range_rule_unpaired_and_uncorrected_answers():
-    """The expected p-values and orderings derived again with numpy and the closed forms of Student's t (5 and 10
-    degrees of freedom) or its integral (Welch's), against posenc_ref.lab.evidence and the hidden test's constants;
-    the range rule, the unpaired tests and the uncorrected test each give another answer, which the hidden test
-    lists with its own message, and so does every other listed mistake."""
+    """The expected p-values and orderings of the answer key's table derived again with numpy and the closed forms
+    of Student's t (5 and 10 degrees of freedom) or its integral (Welch's), against posenc_ref.lab.evidence and
+    the hidden test's constants; the range rule, the unpaired tests and the uncorrected test each give another
+    answer, which the hidden test lists with its own message, and so does every other listed mistake."""
     from posenc_ref.lab.evidence import holm, paired_comparisons, paired_t_test
 
     derived = seeds_derivation()
@@ -320,50 +350,65 @@ def test_6_3_expects_the_paired_holm_corrected_decision_and_names_the_range_rule
     findings = paired_comparisons({"far": scores}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
     assert [(comparison.higher, comparison.lower) for comparison in findings] == pairs
     assert [comparison.finding for comparison in findings] == expected_order
-
-    constants = hidden_constants("06_comparison", "seeds_test")
-    assert constants["EXPECTED_ADJUSTED_P"] == pytest.approx(expected_p, abs=1e-6)
-    assert constants["EXPECTED"] == expected_order == [True, True, True, False, False, False]
-    # What each rule of the chapter changes: pairing finds alibi above t5 where their ranges overlap, the
-    # correction drops t5's two pairs, which pass uncorrected, and the floor drops rope against sinusoidal.
-    first = dict(reversed(derived["orderings"]))  # by fragment: the range rule, Welch's test with Holm's, ...
-    range_rule, unpaired, uncorrected = (first[name] for name in ("range rule", "an unpaired test sets",
-                                                                   "pass a test on their own"))
-    assert not range_rule[0] and range_rule[4] and not unpaired[0]
-    assert max(derived["raw"]["paired"][3:5]) < ALPHA <= min(expected_p[3:5]) and uncorrected[3] and uncorrected[4]
-    assert expected_p[5] < ALPHA and not expected_order[5]
-
-    listed = constants["MISTAKES_ADJUSTED_P"]
-    assert len(listed) == len(derived["p_values"])
-    for description, values in listed:
-        (derived_values,) = [values for fragment, values in derived["p_values"] if fragment in description]
-        assert values == pytest.approx(derived_values, abs=1e-6), description
-    named = [values for _, values in listed] + [constants["EXPECTED_ADJUSTED_P"]]
-    for first, second in itertools.combinations(named, 2):  # no answer lies within the tolerance of two of these
-        assert max(abs(a - b) for a, b in zip(first, second, strict=True)) > 2 * constants["TOLERANCE"]
-
-    messages = {tuple(wrong): message for wrong, message in constants["MISTAKES"]}
-    assert len(messages) == len(constants["MISTAKES"]) and tuple(expected_order) not in messages
-    for fragment, answer in derived["orderings"]:
-        assert fragment in messages[tuple(answer)], (fragment, answer)
-    assert set(messages) == {tuple(answer) for _, answer in derived["orderings"]}
-    assert len({tuple(range_rule), tuple(unpaired), tuple(uncorrected)}) == 3
+    assert expected_order == [True, False, True, False, False, False]
+    # What each rule of the chapter changes on this table: the range rule and the uncorrected test order other pairs.
+    first = dict(reversed(derived["orderings"]))
+    assert first["range rule"] != expected_order and first["pass the paired test on their own"] != expected_order
+    assert first["unpaired test (Welch's), which sets"] != expected_order
+    check_seeds_constants(derived, hidden_constants("06_comparison", "seeds_test"))
 
 
-def test_6_3_alibi_lies_above_the_other_three_and_no_other_pair_is_ordered(monkeypatch):
+@pytest.mark.parametrize("index", range(7))
+def test_6_3_every_allowed_table_gets_the_derived_answers_and_mistakes(index):
+    """Each allowed table: the grader's constants for it against the derivation here, and the chapter's
+    paired_comparisons; every table orders some pair and leaves another unordered."""
+    from autograder.variants.comparison import VARIANTS
+    from posenc_ref.lab.evidence import paired_comparisons
+
+    table = seeds_tables()[index]
+    (variant,) = [variant for variant in VARIANTS if variant.item == "6.3"]
+    derived = seeds_derivation(table["scores"])
+    check_seeds_constants(derived, variant.constants({"table": table}))
+    findings = paired_comparisons({"far": derived["scores"]}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
+    assert [comparison.finding for comparison in findings] == derived["expected"][1]
+    assert 0 < sum(derived["expected"][1]) < 6
+
+
+def test_6_3_the_tables_are_the_committed_studys_seed_scores():
+    """Every allowed table is the study's: each score a seed's mean exact match over the sizes, to two decimals."""
+    import csv
+    import statistics
+
+    from autograder import REPOSITORY
+
+    names = {"who-bites-whom": "bites", "associative recall": "recall", "copy": "copy"}
+    exact: dict = {}
+    with open(Path(REPOSITORY) / "book" / "data" / "length-generalization" / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            exact.setdefault((row["task"], row["position"], int(row["seed"])), {})[int(row["length"])] = float(row["accuracy"])
+    for table in seeds_tables():
+        low, high = table["sizes"]
+        assert (low, high) in ((9, 16), (17, 24)) and len(table["seeds"]) == 6 and len(table["scores"]) == 4
+        for kind, scores in table["scores"].items():
+            study = [statistics.fmean(exact[names[table["task"]], kind, seed][n] for n in range(low, high + 1))
+                     for seed in table["seeds"]]
+            assert list(scores) == [round(score, 2) for score in study], (table["task"], kind)
+
+
+def test_6_3_the_solution_and_right_forms_pass_and_each_mistake_gets_its_message(monkeypatch):
     solution = solution_namespace("06_comparison", "seeds_answer")
     adjusted_p, ordered_pairs = solution["adjusted_p"], solution["ordered_pairs"]
-    assert ordered_pairs == [True, True, True, False, False, False]
+    assert ordered_pairs == [True, False, True, False, False, False]
     right = {"adjusted_p": adjusted_p, "ordered_pairs": ordered_pairs}
     for values in (right, {"adjusted_p": tuple(round(p, 3) for p in adjusted_p), "ordered_pairs": tuple(ordered_pairs)},
                    {"adjusted_p": [np.float64(p) for p in adjusted_p], "ordered_pairs": ordered_pairs}):
         assert grade_item(monkeypatch, "06_comparison", "seeds_test", values=values) == (True, "")
-    derived = seeds_derivation()
-    wrong = [({"adjusted_p": values}, fragment) for fragment, values in derived["p_values"]]
-    wrong += [({"ordered_pairs": answer}, fragment) for fragment, answer in derived["orderings"]]
+    constants = hidden_constants("06_comparison", "seeds_test")
+    wrong = [({"adjusted_p": values}, why) for why, values in constants["MISTAKES"]]
+    wrong += [({"ordered_pairs": answer}, why) for why, answer in constants["MISTAKES_ORDER"]]
     wrong += [
-        ({"adjusted_p": [round(p, 2) for p in adjusted_p]}, "entry 3: got 0.07, expected 0.067262"),
-        ({"ordered_pairs": [True, False, True, False, True, False]}, "wrong for the pairs 1, 4 (counted from 0)"),
+        ({"adjusted_p": [round(p, 2) for p in adjusted_p]}, "values are wrong (tolerance 0.001)"),
+        ({"ordered_pairs": [True, False, False, False, False, True]}, "wrong for the pairs 2, 5 (counted from 0)"),
         ({"ordered_pairs": [True, True, True, False, False]}, f"{VISIBLE_FAILURE}ordered_pairs must have 6 entries"),
         ({"ordered_pairs": [1, 1, 1, 0, 0, 0]}, f"{VISIBLE_FAILURE}every entry of ordered_pairs must be True or False"),
         ({"adjusted_p": [0.0, 0.02, 0.02, 0.07, 0.07, 1.5]}, f"{VISIBLE_FAILURE}an adjusted p-value lies between 0 and 1"),
@@ -375,23 +420,49 @@ def test_6_3_alibi_lies_above_the_other_three_and_no_other_pair_is_ordered(monke
             assert message.startswith(f"{next(iter(change))}: "), (change, message)
 
 
-def test_6_4_shaw_materializes_12288_mib_where_t5_adds_48(monkeypatch):
+def shaw_rewrite_mib(batch, heads, n, head_dim, k) -> list[float]:
+    """6.4 from the shapes of the two steps, counted here with torch tensors of those shapes (meta device)."""
+    def mib(*shape):
+        return torch.empty(*shape, device="meta").numel() * 4 / 2**20
+
+    q, rel_k_table = torch.empty(batch, heads, n, head_dim, device="meta"), torch.empty(2 * k + 1, head_dim, device="meta")
+    relative = q @ rel_k_table.T  # (batch, heads, n, 2k + 1)
+    index = torch.empty(n, n, dtype=torch.long, device="meta")
+    placed = relative.gather(-1, index.expand(batch, heads, n, n))
+    first, second = mib(*relative.shape), mib(*placed.shape)
+    return [first, second, mib(batch, heads, n, n, head_dim) / (first + second)]
+
+
+def test_6_4_the_two_steps_take_6_19_and_192_mib_a_62nd_of_the_plain_product(monkeypatch):
+    right = shaw_rewrite_mib(4, 12, 1024, 64, 16)
+    assert hidden_constants("06_comparison", "shaw_memory_test")["EXPECTED"] == pytest.approx(right, abs=1e-9)
+    assert right[:2] == [6.1875, 192.0] and round(right[2], 2) == 62.0
     solution = check_item(
-        "06_comparison", "shaw_memory_answer", "shaw_memory_test", "shaw_memory_mib",
-        [[12288, 48], (12288.4, 48.0)],
+        "06_comparison", "shaw_memory_answer", "shaw_memory_test", "shaw_rewrite",
+        [[6.19, 192, 62.0], (6.1875, 192.0, 62.002)],
         [
-            ([98304, 384], "these are bits"),
-            ([24576, 96], "not 8"),
-            ([12884.901888, 50.331648], "not 10**6"),
-            ([12, 0.046875], "these are GiB"),
-            ([256, 48], "table of relative keys"),
-            ([3072, 48], "every batch element"),
-            ([12288, 192], "shared by the batch"),
-            ([1024, 4], "a row for every head"),
+            ([6.0, 192.0, 62.06], "not 2k"),
+            ([3.1875, 192.0, 62.95], "keys lie on both sides"),
+            ([192.0, 192.0, 32.0], "not one per key"),
+            ([49.5, 1536.0, 62.0], "these are bits"),
+            ([6.488, 201.327, 62.0], "not 10**6"),
+            ([1.546875, 48.0, 62.0], "a row for every batch element"),
+            ([6.1875, 192.0, 1985.94], "not with the relative scores alone"),
+            ([6.1875, 192.0, 0.0161], "not the other way round"),
+            ([6.1875, 192.0, 60.0], "got 60, expected 62.0019"),
         ],
         monkeypatch,
     )
-    assert solution == [12288.0, 48.0]
+    assert solution == pytest.approx(right)
+
+
+def test_6_4_every_allowed_size_is_derived_again_from_the_shapes():
+    from autograder.variants.comparison import VARIANTS
+
+    (variant,) = [variant for variant in VARIANTS if variant.item == "6.4"]
+    for values in itertools.product(*variant.choices.values()):
+        parameters = dict(zip(variant.choices, values, strict=True))
+        assert variant.constants(parameters)["EXPECTED"] == pytest.approx(shaw_rewrite_mib(*values), rel=1e-12)
 
 
 def test_the_shaw_intermediate_has_the_shape_the_item_counts():
@@ -460,7 +531,7 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
         assert expected("05_rope", "slow_pairs_test") == [int((inv_freq.double() * last < 2 * math.pi).sum())]
 
     findings = paired_comparisons({"far": seeds_table()}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
-    assert expected("06_comparison", "seeds_test") == [comparison.finding for comparison in findings]
+    assert hidden_constants("06_comparison", "seeds_test")["EXPECTED_ORDER"] == [comparison.finding for comparison in findings]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -505,12 +576,11 @@ LETTERED = {
         ("quiz_rotated_input", "B", {"A": "never meet", "C": "the layout only decides", "D": "keeps the norm"}),
     ],
     "06_comparison": [
-        ("quiz_far_keys", "A", {"B": "neither method clips", "C": "stop at the last one", "D": "every distance has a bucket"}),
+        ("quiz_fifth_kind", "B", {"A": "multiplies the smallest of m", "C": "now ten", "D": "adjusts every p-value"}),
         ("quiz_order_blind", "C", {"A": "the layout only orders", "B": "1 radian a token", "D": "a scaled table"}),
-        ("claims", "B", {"A": "flat perplexity", "C": "touch at 512", "D": "the ranges of seeds overlap"}),
     ],
 }
-VARIABLE = {"claims": "supported_claim"}
+VARIABLE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(("assignment", "item", "right", "wrong"),
@@ -590,7 +660,14 @@ def test_the_quiz_answers_of_chapter_5_follow_from_the_formulas():
 
 
 def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():
-    assert t5_bucket_back(1000, 32, 128) == t5_bucket_back(2000, 32, 128) == 15  # quiz 1: A
+    # quiz 1: Holm over 6 pairs keeps both orderings, over 10 loses both (B)
+    for family, kept in ((6, [True, True]), (10, [False, False])):
+        p_values = [0.006, 0.008] + [0.4] * (family - 2)
+        adjusted = [min(1.0, (family - rank) * p) for rank, p in enumerate(sorted(p_values))]
+        adjusted = [max(adjusted[: rank + 1]) for rank in range(family)]
+        assert [p < 0.05 for p in adjusted[:2]] == kept, family
+        if family == 10:
+            assert adjusted[:2] == pytest.approx([0.06, 0.072])
     # quiz 2: an encoder that adds one row to every token is blind to order; the other bugs are not
     generator = torch.Generator().manual_seed(6)
     tokens, permutation = torch.randn(6, 8, dtype=torch.float64, generator=generator), torch.tensor([3, 0, 5, 1, 4, 2])
@@ -604,30 +681,90 @@ def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():
     assert (pooled(tokens[permutation] + 0.1 * pe) - pooled(tokens + 0.1 * pe)).abs().max() > 1e-6
 
 
-def test_6_5_the_range_rule_on_the_table_of_the_question_supports_claim_b_only():
-    """The table parsed from the question's markdown, the four claims checked on it with the range rule."""
-    import re
+def three_seeds_tables() -> tuple[dict, ...]:
+    """The allowed tables of 6.5 (the student's side of the item), the one answer key's first."""
+    from autograder.parameters import varied_item
 
-    question = source_cells("06_comparison")["claims_question"]
-    rows = {}
-    for line in question.splitlines():
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if len(cells) == 6 and "[" in line:
-            rows[cells[0]] = [tuple(float(value) for value in re.findall(r"\[([\d.]+), ([\d.]+)\]", cell)[0])
-                              if "[" in cell else None for cell in cells[1:]]
-    lengths = (512, 1024, 2048, 4096)
-    alibi, rope, fine_tuned, sinusoidal = (rows[kind] for kind in (
-        "alibi", "rope", "rope, position interpolation, fine-tuned at 4,096", "sinusoidal"))
+    return varied_item("06_comparison", "6.5").choices["table"]
 
-    def lower(a, b):  # every seed of a below every seed of b
-        return a[1] < b[0]
 
-    claim_b = lower(rope[0], alibi[0]) and fine_tuned[4][0] > alibi[4][1]
-    claim_c = all(lower(fine_tuned[index], alibi[index]) for index in range(len(lengths)))
-    claim_d = all(lower(rope[index], sinusoidal[index]) for index in range(1, len(lengths)))
-    claim_a = alibi[4][1] >= 0.5  # a model that uses the whole input finds the far fact
-    assert (claim_a, claim_b, claim_c, claim_d) == (False, True, False, False)
-    assert solution_namespace("06_comparison", "claims_answer")["supported_claim"] == "B"
+def separated(first, second, strict: bool = True) -> int:
+    """The range rule on three seeds, written here with numpy: 1, -1 or 0."""
+    low_a, high_a, low_b, high_b = np.min(first), np.max(first), np.min(second), np.max(second)
+    above = low_a > high_b if strict else low_a >= high_b
+    below = low_b > high_a if strict else low_b >= high_a
+    return 1 if above else -1 if below else 0
+
+
+def three_seeds_derivation(scores) -> dict:
+    """6.5's right answer and each named mistake (by a fragment of its message) for a table."""
+    kinds = list(scores["far"])
+    pairs = [(kinds[i], kinds[j]) for i in range(4) for j in range(i + 1, 4)]
+    far, beyond = scores["far"], scores["beyond"]
+    right = [separated(far[a], far[b]) for a, b in pairs]
+    means = [int(np.sign(round(float(np.mean(far[a])), 2) - round(float(np.mean(far[b])), 2))) for a, b in pairs]
+    return {"right": right, "mistakes": [
+        ("a higher mean is not enough", means),
+        ("the ranges touch", [separated(far[a], far[b], strict=False) for a, b in pairs]),
+        ("sizes 9 to 16", [separated(beyond[a], beyond[b]) for a, b in pairs]),
+        ("the wrong way round", [-value for value in right]),
+    ]}
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_6_5_every_allowed_table_gets_the_range_rule_and_its_named_mistakes(index):
+    from autograder.variants.comparison import VARIANTS
+
+    table = three_seeds_tables()[index]
+    (variant,) = [variant for variant in VARIANTS if variant.item == "6.5"]
+    constants = variant.constants({"table": table})
+    derived = three_seeds_derivation(table["scores"])
+    assert constants["EXPECTED"] == derived["right"] and 0 < derived["right"].count(0) < 6
+    kept, seen = [], [derived["right"]]
+    for fragment, answer in derived["mistakes"]:
+        if answer not in seen:
+            kept.append((fragment, answer))
+            seen.append(answer)
+    assert len(constants["MISTAKES"]) == len(kept) >= 2
+    for (fragment, answer), (why, listed) in zip(kept, constants["MISTAKES"], strict=True):
+        assert listed == answer and fragment in why, (fragment, why)
+    assert kept[0][0] == "a higher mean is not enough"  # the means always order a pair the rule leaves
+
+
+def test_6_5_the_tables_are_the_committed_studys_seed_scores_and_their_answers_differ():
+    import csv
+    import statistics
+
+    from autograder import REPOSITORY
+
+    names = {"who-bites-whom": "bites", "associative recall": "recall"}
+    exact: dict = {}
+    with open(Path(REPOSITORY) / "book" / "data" / "length-generalization" / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            exact.setdefault((row["task"], row["position"], int(row["seed"])), {})[int(row["length"])] = float(row["accuracy"])
+    for table in three_seeds_tables():
+        assert len(table["seeds"]) == 3 and list(table["scores"]["far"]) == list(table["scores"]["beyond"])
+        for which, (low, high) in (("beyond", (9, 16)), ("far", (17, 24))):
+            for kind, scores in table["scores"][which].items():
+                study = [statistics.fmean(exact[names[table["task"]], kind, seed][n] for n in range(low, high + 1))
+                         for seed in table["seeds"]]
+                assert list(scores) == [round(score, 2) for score in study], (table["task"], kind, which)
+    answers = [tuple(three_seeds_derivation(table["scores"])["right"]) for table in three_seeds_tables()]
+    assert len(set(answers)) == len(answers)
+
+
+def test_6_5_the_solution_and_right_forms_pass_and_each_mistake_gets_its_message(monkeypatch):
+    derived = three_seeds_derivation(three_seeds_tables()[0]["scores"])
+    assert derived["right"] == [0, 1, 1, 0, 0, 0]
+    solution = check_item(
+        "06_comparison", "claims_answer", "claims_test", "far_pairs",
+        [(0, 1, 1, 0, 0, 0), [0.0, 1.0, 1.0, 0.0, 0.0, 0.0], [np.int64(value) for value in derived["right"]]],
+        [(answer, fragment) for fragment, answer in derived["mistakes"]] + [([0, 1, 0, 0, 0, 0], "got 0, expected 1")],
+        monkeypatch,
+    )
+    assert solution == derived["right"]
+    passed, message = grade_item(monkeypatch, "06_comparison", "claims_test", values={"far_pairs": [0, 1, 1, 0, 0, 2]})
+    assert not passed and message.startswith(VISIBLE_FAILURE)
 
 
 def test_4_4_and_4_5_the_slopes_with_a_maximum_bias_are_mpts():

@@ -128,7 +128,7 @@ EXPECTED_FAILURES = {
         "quiz_raised_base_test": "not the best answer",
     },
     ("mistakes", "06_comparison"): {
-        "choice_b_test": "ALiBi",
+        "choice_b_test": "choice_b is t5, which does not meet every constraint of your case",
         "parameters_test": "['shaw']",
         "shaw_memory_test": "these are bits",
         "seeds_test": "this is Bonferroni's correction",

@@ -8,6 +8,7 @@ import csv
 import html
 import itertools
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -357,12 +358,74 @@ def t5_bucket(r: int, num_buckets: int, max_distance: int, bidirectional: bool =
     return bucket + min(n - 1, exact + int(math.log(a / exact) / math.log(max_distance / exact) * (n - exact)))
 
 
-def test_shaw_memory_counts_bytes_of_both_shapes():
-    for batch, heads, tokens, head_dim in itertools.product(*by_item("6.4").choices.values()):
-        parameters = {"batch": batch, "heads": heads, "tokens": tokens, "head_dim": head_dim}
-        shaw = batch * heads * tokens * tokens * head_dim * 4 / 2**20
-        assert by_item("6.4").constants(parameters)["EXPECTED"] == [shaw, heads * tokens * tokens * 4 / 2**20]
-        assert shaw == int(shaw)  # whole MiB, as the tolerance of half a MiB assumes
+def shaw_rewrite(batch: int, heads: int, tokens: int, head_dim: int, max_distance: int) -> list[float]:
+    """6.4 from the formula: the scores against the 2k + 1 rows, the scores at every key, and the plain product
+    over their sum, in MiB of float32."""
+    relative = batch * heads * tokens * (2 * max_distance + 1) * 4 / 2**20
+    placed = batch * heads * tokens * tokens * 4 / 2**20
+    return [relative, placed, batch * heads * tokens * tokens * head_dim * 4 / 2**20 / (relative + placed)]
+
+
+def test_shaw_rewrite_counts_bytes_of_both_steps():
+    for values in itertools.product(*by_item("6.4").choices.values()):
+        parameters = dict(zip(by_item("6.4").choices, values, strict=True))
+        assert by_item("6.4").constants(parameters)["EXPECTED"] == pytest.approx(shaw_rewrite(*values), rel=1e-12)
+
+
+# The kind each allowed case of 6.1 calls for, by part, read here from the chapter's table of the four doors
+# (where a kind enters, whether it has trained parameters): in the order of the allowed cases.
+CASES = {
+    "6.1 (a)": ("none", "shaw", "sinusoidal"),
+    "6.1 (b)": ("alibi", "rope", "none"),
+    "6.1 (c)": ("rope", "learned", "alibi"),
+    "6.1 (d)": ("t5", "shaw", "sinusoidal"),
+    "6.1 (e)": ("learned", "t5", "rope"),
+}
+DOORS = {  # a phrase of a case -> the kinds it leaves
+    "no trained parameters": {"none", "sinusoidal", "alibi", "rope"},
+    "trained": {"learned", "shaw", "t5"},
+    "absolute position": {"sinusoidal", "learned"},
+    "to the input": {"sinusoidal", "learned"},
+    "to the token embeddings": {"sinusoidal", "learned"},
+    "to the attention scores": {"t5", "alibi"},
+    "added to the scores": {"t5", "alibi"},
+    "to its keys": {"shaw"},
+    "added to the key": {"shaw"},
+    "query and key vectors themselves": {"rope"},
+    "queries and keys must be turned": {"rope"},
+    "m + s": {"rope", "alibi", "shaw", "t5", "none"},
+    "cached": {"rope", "none", "sinusoidal", "learned"},
+    "no position signal at all": {"none"},
+    "depend on the positions": {"sinusoidal", "learned", "shaw", "t5", "alibi", "rope"},
+    "must not change when": {"none"},
+    "sines and cosines": {"sinusoidal"},
+    "logarithmically": {"t5"},
+    "bucket": {"t5"},
+    "linearly with the distance": {"alibi"},
+    "learn any vector": {"learned"},
+}
+
+
+@pytest.mark.parametrize("item", CASES)
+def test_each_case_of_6_1_leaves_one_kind_the_grader_expects_and_the_solution_finds(item):
+    """The constraints' phrases of each allowed case leave exactly the kind of CASES; the grader expects it, names
+    every other kind, and the source's solution, run with the case, sets it."""
+    (variant,) = [variant for variant in variants_of("06_comparison") if variant.item == item]
+    (name, cases), = variant.choices.items()
+    answer_id = f"choice_{item[-2]}_answer"
+    body = "\n".join(line for line in source_cells("06_comparison")[answer_id].splitlines() if not line.startswith("###"))
+    for case, kind in zip(cases, CASES[item], strict=True):
+        left = {"none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope"}
+        for phrase, kinds in DOORS.items():
+            if phrase in case and not (phrase == "trained" and "no trained" in case):
+                left &= kinds
+        assert left == {kind}, (item, case, left)
+        constants = variant.constants({name: case})
+        assert constants["EXPECTED"] == kind and sorted(constants["MISTAKES"]) == sorted(
+            {"none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope"} - {kind})
+        namespace = {"my_parameters": {item: {name: case}}}
+        exec(body, namespace)  # noqa: S102 (source/: trusted)
+        assert namespace[f"choice_{item[-2]}"] == kind, (item, case)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -497,10 +560,22 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
         wavelengths = [2 * math.pi * model["base"] ** (2 * i / model["head_dim"]) for i in range(model["head_dim"] // 2)]
         return {"slow_pairs_answer": f"slow_pairs_llama3 = {sum(w > model['context'] for w in wavelengths)}"}
     if assignment == "06_comparison":
+        from test_grader_items_thinking import seeds_derivation  # the independent derivation of 6.3
+
         sizes = parameters["6.4"]
-        batch, heads, tokens, head_dim = sizes["batch"], sizes["heads"], sizes["tokens"], sizes["head_dim"]
-        shaw, t5 = batch * heads * tokens**2 * head_dim * 4 // 2**20, heads * tokens**2 * 4 // 2**20
-        return {"shaw_memory_answer": f"shaw_memory_mib = [{shaw}, {t5}]"}
+        rewrite = shaw_rewrite(*(sizes[name] for name in ("batch", "heads", "tokens", "head_dim", "max_distance")))
+        from test_grader_items_thinking import three_seeds_derivation  # the independent derivation of 6.5
+
+        adjusted_p, ordered = seeds_derivation(parameters["6.3"]["table"]["scores"])["expected"]
+        far_pairs = three_seeds_derivation(parameters["6.5"]["table"]["scores"])["right"]
+        chosen = {}
+        for item, kinds in CASES.items():
+            (name, case), = parameters[item].items()
+            (variant,) = [variant for variant in variants_of(assignment) if variant.item == item]
+            chosen[f"choice_{item[-2]}_answer"] = f"choice_{item[-2]} = {kinds[variant.choices[name].index(case)]!r}"
+        return {**chosen, "shaw_memory_answer": f"shaw_rewrite = {[round(x, 3) for x in rewrite]}",
+                "seeds_answer": f"adjusted_p = {[round(p, 4) for p in adjusted_p]}\nordered_pairs = {ordered}",
+                "claims_answer": f"far_pairs = {far_pairs}"}
     return literal_answers(parameters)
 
 
@@ -583,7 +658,7 @@ def test_feedback_lists_the_parameters_and_names_a_declared_id_that_is_not_the_f
 def test_the_titles_that_say_your_are_exactly_the_varied_items(assignment):
     """Students and the book (tests/test_book_exercise_lists.py) learn which items vary from the word "your"."""
     intro = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells[0]
-    rows = [line.strip("| ").split(" ", 1)[0] for line in intro.source.splitlines()
+    rows = [re.match(r"\| (\d\.\d+(?: \([a-e]\))?)", line).group(1) for line in intro.source.splitlines()
             if line.startswith("| ") and "your" in line.lower()]
     varied = [variant.item for variant in variants_of(assignment)]
     assert rows == varied
