@@ -71,13 +71,13 @@ def _ntk_pairs(parameters: Mapping[str, Any]) -> dict[str, Any]:
     slow = slow_pairs(base, head_dim, length)
     right = [slow, ntk_pairs(base, head_dim, length, factor)]
     mistakes = [
-        ("the first number counts the pairs that do complete a turn in training; the question asks for those that "
-         "never do", [head_dim // 2 - slow, right[1]]),
-        ("the second number counts every pair past twice its trained angles, also those that completed a turn in "
-         "training (they have met every angle already)",
+        (("the first number counts the pairs that do complete a turn in training; the question asks for those that "
+         "never do"), [head_dim // 2 - slow, right[1]]),
+        (("the second number counts every pair past twice its trained angles, also those that completed a turn in "
+         "training (they have met every angle already)"),
          [slow, ntk_pairs(base, head_dim, length, factor, only_slow=False)]),
-        ("the second number is for plain RoPE read at sL; NTK-aware scaling first raises the base to "
-         "base * s**(d/(d-2))", [slow, ntk_pairs(base, head_dim, length, factor, rule="none")]),
+        (("the second number is for plain RoPE read at sL; NTK-aware scaling first raises the base to "
+         "base * s**(d/(d-2))"), [slow, ntk_pairs(base, head_dim, length, factor, rule="none")]),
         ("NTK-aware scaling raises the base to base * s**(d/(d-2)), not base * s",
          [slow, ntk_pairs(base, head_dim, length, factor, rule="ntk_base_times_s")]),
         ("that is position interpolation, which divides every frequency by s; NTK-aware scaling raises the base",
@@ -114,8 +114,8 @@ def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
          [math.remainder(measured_angle("none", position), 2 * math.pi)]),
         ("the angle is asked in radians, as math.atan2 returns it", [math.degrees(right)]),
     ]
-    return {"EXPECTED_BUG": bug, "EXPECTED_ANGLE": [right],
-            "MISTAKES_ANGLE": distinct_mistakes([right], mistakes)}
+    return {"EXPECTED_BUG": bug, "EXPECTED": [right],
+            "MISTAKES": distinct_mistakes([right], mistakes)}
 
 
 VARIANTS = (
