@@ -447,7 +447,7 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
         beyond = sum((factor * length - 1) / scaled[i] > 2 * (length - 1) / wavelengths[i] for i in slow)
         # 5.7: the source's diagnosis, run on the function of the mystery number drawn, at the position drawn
         mystery = parameters["5.7"]
-        diagnosis = solutions(assignment)["planted_bug_answer"].replace("mystery_rope", f"mystery_rope_{mystery['mystery']}")
+        diagnosis = solutions(assignment)["planted_bug_answer"].replace("mystery_rope(", f"mystery_rope_{mystery['mystery']}(")
         diagnosis = diagnosis.replace('my_parameters["5.7"]["position"]', str(mystery["position"]))
         return {"slow_pairs_answer": f"ntk_slow_pairs = [{len(slow)}, {beyond}]", "planted_bug_answer": diagnosis}
     if assignment == "06_comparison":
