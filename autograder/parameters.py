@@ -133,11 +133,18 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
                    _words("a content lead of {lead}, {heads} heads")),
     ),
     "05_rope": (
-        # no head of 128 features: the book counts the slow pairs of d = 128 for bases 10000 and 500000
+        # No head of 128 features (the book counts the slow pairs of d = 128) and factors of 8 or more (with 4 most
+        # answers would be 0); no wavelength lies within 10 tokens of L - 1 or L, and no pair's ratio of angles
+        # within 0.5% of 2 (a test of the course checks both).
         VariedItem("05_rope", "5.6",
                    {"base": (500_000, 10_000, 1_000_000, 100_000), "head_dim": (96, 64, 256),
-                    "context": (8192, 4096, 32768, 2048)},
-                   _words("base {base}, head dimension d = {head_dim}, sequences of up to {context} tokens")),
+                    "context": (8192, 4096, 2048), "factor": (8, 16, 32, 12)},
+                   _words("base {base}, head dimension d = {head_dim}, trained on {context} tokens, "
+                          "NTK-aware factor s = {factor}")),
+        # Which of the notebook's six mystery_rope_<n> is yours (the grader alone knows their bugs), and the
+        # position at which you measure it: every bug gives its own angle there (a test of the course checks it).
+        VariedItem("05_rope", "5.7", {"mystery": (3, 1, 2, 4, 5, 6), "position": (9, 7, 8, 10, 11, 13, 14)},
+                   _words("mystery_rope_{mystery}, position m = {position}")),
     ),
     "06_comparison": (
         # 6.1: each part draws one of three cases, each met by another position kind (the grader's side knows

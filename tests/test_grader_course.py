@@ -34,7 +34,7 @@ POINTS = {
     "02_sinusoidal": (16, 0),
     "03_learned": (12, 0),
     "04_relative": (13, 3),
-    "05_rope": (13, 3),
+    "05_rope": (12, 3),
     "06_comparison": (14, 0),
 }
 QUIZ_QUESTIONS = 15

@@ -115,55 +115,106 @@ def test_4_8_alibi_hides_the_better_token_from_4_and_from_334_positions(monkeypa
     assert solution == [4, 334]
 
 
-def test_5_6_twenty_one_pairs_of_a_96_feature_head_never_turn_once(monkeypatch):
+def test_5_6_five_of_the_twenty_one_slow_pairs_pass_twice_their_trained_angles(monkeypatch):
     solution = check_item(
-        "05_rope", "slow_pairs_answer", "slow_pairs_test", "slow_pairs_llama3",
-        [21.0, torch.tensor(21)],
+        "05_rope", "slow_pairs_answer", "slow_pairs_test", "ntk_slow_pairs",
+        [(21, 5), [21.0, 5.0], [np.int64(21), 5]],
         [
-            (27, "do complete at least one turn"),
-            (10, "base 10,000"),
-            (15, "2 pi radians, not 1"),
-            (34, "exponent is doubled"),
-            (36, "not 360"),
-            (29, "Llama 3's count"),
-            (20, "got 20, expected"),
+            ([27, 5], "do complete a turn in training"),
+            ([21, 32], "also those that completed a turn"),
+            ([21, 21], "plain RoPE read at sL"),
+            ([21, 6], "not base * s"),
+            ([21, 0], "position interpolation"),
+            ([10, 0], "base 10,000"),
+            ([21, 4], "got 4, expected"),
         ],
         monkeypatch,
     )
-    assert solution == 21
+    assert solution == [21, 5]
 
 
-def test_5_7_the_planted_bug_is_the_direction_of_the_rotation(monkeypatch):
-    solution = check_item(
-        "05_rope", "planted_bug_answer", "planted_bug_test", "planted_bug",
-        [" Wrong_Direction "],
-        [
-            ("doubled_exponent", "pair 0 turns by m * base**0"),
-            ("half_layout", "keeps it in features 0 and 1"),
-            ("degrees", "a whole radian"),
-            ("squared_positions", "passes the relative test"),
-            ("none", "mystery_rope and RoPE disagree"),
-        ],
-        monkeypatch,
-    )
-    assert solution == "wrong_direction"
+def test_5_6_the_counts_follow_from_the_angles_at_every_position():
+    """21 pairs of d = 96 (base 500000) never turn within 8,192 positions; with base' = 500000 * 8**(96/94), 5 of
+    them reach more than twice their trained angle somewhere in 65,536 positions (checked at every position)."""
+    trained_positions = torch.arange(8192, dtype=torch.float64)
+    read_positions = torch.arange(8 * 8192, dtype=torch.float64)
+    scaled_base = 500000.0 * 8 ** (96 / 94)
+    slow = beyond = 0
+    for i in range(48):
+        trained = trained_positions * 500000.0 ** (-2 * i / 96)
+        if bool((trained < 2 * math.pi).all()):
+            slow += 1
+            beyond += bool(((read_positions * scaled_base ** (-2 * i / 96)) > 2 * trained.max()).any())
+    assert [slow, beyond] == [21, 5]
 
 
-def test_5_7_the_planted_bug_is_detectable_with_the_tools_the_item_names():
-    """mystery_rope turns each pair by -m theta_i: it passes the relative test of 5.2, differs from the
-    rope_rotate of 5.1, and agrees with it at negated positions; e_0 at m = 1 shows the sign."""
-    namespace = solution_namespace("05_rope", "relative_answer", before=("rope_answer", "planted_bug_code"))
-    mystery, reference, gap = namespace["mystery_rope"], namespace["rope_rotate"], namespace["relative_gap"]
+def mystery_namespace() -> dict:
+    """The notebook's rope_rotate (5.1), relative_gap (5.2) and six mystery functions, for the answer key's 5.7."""
+    return solution_namespace("05_rope", "relative_answer", before=("rope_answer", "planted_bug_code"))
+
+
+def test_5_7_the_answer_keys_mystery_turns_the_wrong_way_and_shows_its_angle(monkeypatch):
+    right_angle = -9 * 10 ** (-3 / 4)  # e_6 is pair 3, theta_3 = 10**(-6/8) at base 10, turned by -m theta_3
+    namespace = solution_namespace("05_rope", "planted_bug_answer",
+                                   before=("rope_answer", "relative_answer", "planted_bug_code"))
+    assert namespace["planted_bug"] == "wrong_direction"
+    assert namespace["planted_bug_angle"] == pytest.approx(right_angle, abs=1e-12)
+    right = {"planted_bug": "wrong_direction", "planted_bug_angle": right_angle}
+    for other in (right, {**right, "planted_bug": " Wrong_Direction "},
+                  {**right, "planted_bug_angle": right_angle + 2 * math.pi},
+                  {**right, "planted_bug_angle": np.float32(right_angle)}):
+        assert grade_item(monkeypatch, "05_rope", "planted_bug_test", values=other) == (True, ""), other
+    wrong = [
+        ({"planted_bug": "doubled_exponent"}, "leaves pair 0 as RoPE turns it"),
+        ({"planted_bug": "half_layout"}, "moves part of the basis vector e_0"),
+        ({"planted_bug": "degrees"}, "0.9998"),
+        ({"planted_bug": "squared_positions"}, "fails the relative test"),
+        ({"planted_bug": "none"}, "agrees with rope_rotate on every vector"),
+        ({"planted_bug_angle": -right_angle}, "the angle RoPE itself would give"),
+        ({"planted_bug_angle": math.degrees(right_angle)}, "asked in radians"),
+        ({"planted_bug_angle": -1.7}, "got -1.7, expected"),
+    ]
+    for change, fragment in wrong:
+        passed, message = grade_item(monkeypatch, "05_rope", "planted_bug_test", values={**right, **change})
+        assert not passed and not message.startswith(VISIBLE_FAILURE) and fragment in message, (change, message)
+
+
+def rotated_pairs(x: torch.Tensor, position: int, bug: str, base: float = 10000.0) -> torch.Tensor:
+    """One vector rotated to ``position`` with ``bug``, pair by pair from the rotation formula (not from posenc_ref)."""
+    d = x.shape[-1]
+    out = x.clone()
+    for i in range(d // 2):
+        exponent = 4 if bug == "doubled_exponent" else 2
+        angle = position * base ** (-exponent * i / d)
+        angle = {"wrong_direction": -angle, "degrees": math.radians(angle),
+                 "squared_positions": position * angle}.get(bug, angle)
+        first, second = (i, i + d // 2) if bug == "half_layout" else (2 * i, 2 * i + 1)
+        a, b = x[first], x[second]
+        out[first], out[second] = a * math.cos(angle) - b * math.sin(angle), a * math.sin(angle) + b * math.cos(angle)
+    return out
+
+
+def test_5_7_each_mystery_has_the_bug_the_grader_says_and_the_tools_tell_them_apart():
+    """Each mystery_rope_<n> agrees with the bug the grader's map gives it, written here pair by pair; the
+    solution's diagnosis, which runs the tools the item names, finds that bug for every number."""
+    from autograder.variants.rope import MYSTERY_BUGS
+
+    namespace = mystery_namespace()
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(4, 8, dtype=torch.float64, generator=generator)
-    positions = torch.tensor([0, 1, 5, 17])
-    assert (mystery(x, positions) - reference(x, positions)).abs().max() > 0.1
-    torch.testing.assert_close(mystery(x, positions), reference(x, -positions))
-    q, k = torch.randn(8, dtype=torch.float64, generator=generator), torch.randn(8, dtype=torch.float64, generator=generator)
-    assert gap(mystery, q, k, 2, 7, 5) < 1e-12
-    e0 = torch.eye(8, dtype=torch.float64)[:1]
-    torch.testing.assert_close(mystery(e0, torch.tensor([1]))[0, :2], torch.tensor([math.cos(1), -math.sin(1)], dtype=torch.float64))
-    assert mystery(e0, torch.tensor([1]))[0, 2:].abs().max() == 0  # stays in pair 0: not the half layout
+    positions = [0, 1, 5, 17]
+    assert sorted(MYSTERY_BUGS.values()) == sorted(
+        ("doubled_exponent", "half_layout", "degrees", "squared_positions", "wrong_direction", "none"))
+    answer = source_cells("05_rope")["planted_bug_answer"]
+    for number, bug in MYSTERY_BUGS.items():
+        mystery = namespace[f"mystery_rope_{number}"]
+        for base in (10000.0, 10.0):
+            expected = torch.stack([rotated_pairs(row, m, bug, base) for row, m in zip(x, positions, strict=True)])
+            torch.testing.assert_close(mystery(x, torch.tensor(positions), base=base), expected)
+        assert mystery(x.float(), torch.tensor(positions)).dtype == torch.float32
+        diagnosed = {**namespace, "mystery_rope": mystery, "my_parameters": {"5.7": {"position": 9}}}
+        exec(answer, diagnosed)  # noqa: S102 (source/ is trusted)
+        assert diagnosed["planted_bug"] == bug, number
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -527,8 +578,11 @@ def test_the_expected_values_agree_with_posenc_ref_and_hugging_face():
     assert expected("04_relative", "alibi_hiding_test") == [hidden_from(0), hidden_from(7)]
 
     inv_freq, _ = rope_frequencies(96, base=500000.0)
+    scaled, _ = rope_frequencies(96, base=500000.0 * 8 ** (96 / 94))  # NTK-aware, s = 8
     for last in (8191, 8192):
-        assert expected("05_rope", "slow_pairs_test") == [int((inv_freq.double() * last < 2 * math.pi).sum())]
+        slow = inv_freq.double() * last < 2 * math.pi
+        beyond = scaled.double() * (8 * 8192 - 1) > 2 * inv_freq.double() * last
+        assert expected("05_rope", "slow_pairs_test") == [int(slow.sum()), int((slow & beyond).sum())]
 
     findings = paired_comparisons({"far": seeds_table()}, alpha=ALPHA, margin=MARGIN, floor=FLOOR)
     assert hidden_constants("06_comparison", "seeds_test")["EXPECTED_ORDER"] == [comparison.finding for comparison in findings]
@@ -570,10 +624,12 @@ LETTERED = {
         ("quiz_absolute_relative", "A", {"B": "not the best answer", "C": "not the best answer", "D": "not the best answer"}),
     ],
     "05_rope": [
-        ("quiz_rope_shift", "B", {"A": "signed offset", "C": "not on their ratio", "D": "another base"}),
+        ("quiz_cached_position", "B", {"A": "offsets 3 to 6 instead of 1 to 4", "C": "at position 4 only",
+                                       "D": "which B alone never produces"}),
         ("quiz_raised_base", "C", {"A": "does not change at all", "B": "that is position interpolation",
                                    "D": "depends on the base for every pair"}),
-        ("quiz_rotated_input", "B", {"A": "never meet", "C": "the layout only decides", "D": "keeps the norm"}),
+        ("quiz_partial_rotary", "A", {"B": "the rotated part of the logit, which is zero here",
+                                      "C": "nothing of this logit turns", "D": "the logit stays relative"}),
     ],
     "06_comparison": [
         ("quiz_fifth_kind", "B", {"A": "multiplies the smallest of m", "C": "now ten", "D": "adjusts every p-value"}),
@@ -640,23 +696,32 @@ def rotate(x: torch.Tensor, position: int, base: float = 10000.0) -> torch.Tenso
 
 def test_the_quiz_answers_of_chapter_5_follow_from_the_formulas():
     generator = torch.Generator().manual_seed(5)
-    q, k = torch.randn(8, dtype=torch.float64, generator=generator), torch.randn(8, dtype=torch.float64, generator=generator)
+    # Quiz 1: row B's prompt was rotated at 0..3 and its keys cached; B alone puts its next token at 4.
+    prompt_keys = torch.randn(4, 8, dtype=torch.float64, generator=generator)
+    new_token = torch.randn(8, dtype=torch.float64, generator=generator)
+    cached = torch.stack([rotate(key, position) for position, key in enumerate(prompt_keys)])
 
-    def score(m, n, base=10000.0):
-        return float(rotate(q, m, base) @ rotate(k, n, base))
+    def weights(position):
+        keys = torch.cat([cached, rotate(new_token, position)[None]])  # the new token attends to itself too
+        return torch.softmax(keys @ rotate(new_token, position), dim=0)
 
-    assert score(110, 104) == pytest.approx(score(10, 4), abs=1e-9)  # B
-    for other in (score(4, 10), score(20, 8), score(10, 4, base=500000.0)):  # A, C, D
-        assert abs(other - score(10, 4)) > 1e-3
+    alone = weights(4)
+    assert all((weights(position) - alone).abs().max() > 1e-3 for position in (6, 0, 5, 100))  # A, D; C: not any
+    # Quiz 2
     ratios = [10000 ** (-2 * i / 64) / 40000 ** (-2 * i / 64) for i in range(32)]  # old theta_i / new theta_i
     assert ratios[0] == 1 and max(range(32), key=ratios.__getitem__) == 31 and 3.5 < ratios[31] < 4
-    w_q, w_k = torch.randn(8, 8, dtype=torch.float64, generator=generator), torch.randn(8, 8, dtype=torch.float64, generator=generator)
-    x, y = torch.randn(8, dtype=torch.float64, generator=generator), torch.randn(8, dtype=torch.float64, generator=generator)
+    # Quiz 3: the first 16 of 64 features turn, with frequencies base**(-2i/16); content only in 16..63.
 
-    def input_rotated(m, n):
-        return float((w_q @ rotate(x, m)) @ (w_k @ rotate(y, n)))
+    def partial(x, position):
+        return torch.cat([rotate(x[:16], position), x[16:]])
 
-    assert abs(input_rotated(10, 4) - input_rotated(110, 104)) > 1e-3  # the property is lost: B
+    q, k = torch.randn(2, 64, dtype=torch.float64, generator=generator).unbind(0)
+    q_pass, k_pass = q.clone(), k.clone()
+    q_pass[:16], k_pass[:16] = 0.0, 0.0
+    logits = [float(partial(q_pass, 1000) @ partial(k_pass, 1000 - distance)) for distance in (1, 10, 100, 1000)]
+    assert max(logits) - min(logits) < 1e-12  # A
+    turning = [float(partial(q, 1000) @ partial(k, 1000 - distance)) for distance in (1, 10, 100, 1000)]
+    assert max(turning) - min(turning) > 1e-2  # with content in the rotated features it would change
 
 
 def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():

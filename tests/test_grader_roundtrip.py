@@ -31,7 +31,7 @@ MAX_SCORES = {
     "02_sinusoidal": 16,
     "03_learned": 12,
     "04_relative": 16,
-    "05_rope": 16,
+    "05_rope": 15,
     "06_comparison": 14,
 }
 AUTOGRADED = {
@@ -39,7 +39,7 @@ AUTOGRADED = {
     "02_sinusoidal": 16,
     "03_learned": 12,
     "04_relative": 13,
-    "05_rope": 13,
+    "05_rope": 12,
     "06_comparison": 14,
 }
 MANUAL_ITEMS = {"04_relative": "self_bias_answer", "05_rope": "long_context_answer"}
@@ -50,7 +50,7 @@ EXPECTED_SCORES = {
     ("full", "02_sinusoidal"): 16,
     ("full", "03_learned"): 12,
     ("full", "04_relative"): 13,
-    ("full", "05_rope"): 13,
+    ("full", "05_rope"): 12,
     ("full", "06_comparison"): 14,
     ("degrees", "02_sinusoidal"): 13,
     ("degrees", "05_rope"): 11,
@@ -63,7 +63,7 @@ EXPECTED_SCORES = {
     ("mistakes", "01_permutation"): 4,
     ("mistakes", "03_learned"): 6,
     ("mistakes", "04_relative"): 7,
-    ("mistakes", "05_rope"): 7,
+    ("mistakes", "05_rope"): 6,
     ("mistakes", "06_comparison"): 8,
     ("cheat", "02_sinusoidal"): 0,
     ("cheat", "04_relative"): 9,
@@ -124,7 +124,7 @@ EXPECTED_FAILURES = {
         "relative_test": "the absolute value",
         "to_half_test": "the other conversion",
         "to_interleaved_test": "the other conversion",
-        "slow_pairs_test": "do complete at least one turn",
+        "slow_pairs_test": "do complete a turn in training",
         "quiz_raised_base_test": "not the best answer",
     },
     ("mistakes", "06_comparison"): {

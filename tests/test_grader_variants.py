@@ -523,7 +523,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
 # differs between the pairs (the first test below checks it).
 CLASS = {"ana": "ana", "ben": "ben", "cy": "ana", "fay": "ben"}
 CLASS_ASSIGNMENTS = ASSIGNMENTS
-TOTALS = {"01_permutation": 13, "02_sinusoidal": 16, "03_learned": 12, "04_relative": 13, "05_rope": 13,
+TOTALS = {"01_permutation": 13, "02_sinusoidal": 16, "03_learned": 12, "04_relative": 13, "05_rope": 12,
           "06_comparison": 14}  # the notebooks' tables and the students' guide's, autograded points (written answers wait for a hand grade)
 
 
@@ -557,8 +557,16 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
                 "alibi_hiding_answer": f"alibi_hiding_distance = {hiding}"}
     if assignment == "05_rope":
         model = parameters["5.6"]
-        wavelengths = [2 * math.pi * model["base"] ** (2 * i / model["head_dim"]) for i in range(model["head_dim"] // 2)]
-        return {"slow_pairs_answer": f"slow_pairs_llama3 = {sum(w > model['context'] for w in wavelengths)}"}
+        base, d, length, factor = model["base"], model["head_dim"], model["context"], model["factor"]
+        wavelengths = [2 * math.pi * base ** (2 * i / d) for i in range(d // 2)]  # slow: longer than L - 1
+        scaled = [2 * math.pi * (base * factor ** (d / (d - 2))) ** (2 * i / d) for i in range(d // 2)]
+        slow = [i for i in range(d // 2) if wavelengths[i] > length - 1]
+        beyond = sum((factor * length - 1) / scaled[i] > 2 * (length - 1) / wavelengths[i] for i in slow)
+        # 5.7: the source's diagnosis, run on the function of the mystery number drawn, at the position drawn
+        mystery = parameters["5.7"]
+        diagnosis = solutions(assignment)["planted_bug_answer"].replace("mystery_rope(", f"mystery_rope_{mystery['mystery']}(")
+        diagnosis = diagnosis.replace('my_parameters["5.7"]["position"]', str(mystery["position"]))
+        return {"slow_pairs_answer": f"ntk_slow_pairs = [{len(slow)}, {beyond}]", "planted_bug_answer": diagnosis}
     if assignment == "06_comparison":
         from test_grader_items_thinking import seeds_derivation  # the independent derivation of 6.3
 

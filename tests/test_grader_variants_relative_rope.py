@@ -1,5 +1,6 @@
 """The varied items of chapters 4 and 5: 4.3 (the T5 buckets a short training run reaches), 4.7 (which keys share a
-decoder's bucket), 4.8 (when ALiBi hides the better token) and 5.6 (RoPE pairs that never turn once).
+decoder's bucket), 4.8 (when ALiBi hides the better token), 5.6 (RoPE pairs that NTK-aware scaling pushes past
+twice their trained angles) and 5.7 (the bug of the student's mystery_rope and the angle that shows it).
 
 The answer key reproduces the literals of each hidden test; the expected values and the named mistakes agree, for
 every allowed combination, with derivations written here from the chapters' formulas (a loop over distances, a
@@ -15,7 +16,7 @@ import math
 
 import pytest
 import torch
-from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants
+from item_grading import VISIBLE_FAILURE, grade_item, hidden_constants, source_cells
 
 from autograder.variants import draw, variants_of
 
@@ -98,16 +99,36 @@ def hiding_by_search(lead: float, slope: float) -> int:
     raise AssertionError("no distance found")
 
 
-def never_turning_pairs(base: float, head_dim: int, length: int, *, full_turn: float = 2 * math.pi,
-                        exponent: float = 2.0) -> int:
-    """Pairs i whose angle p * base**(-exponent i / d) stays below ``full_turn`` at every position p of 0..L-1,
-    checked at every position."""
+def never_turning_pairs(base: float, head_dim: int, length: int, *, full_turn: float = 2 * math.pi) -> int:
+    """Pairs i whose angle p * base**(-2i/d) stays below ``full_turn`` at every position p of 0..L-1, checked at
+    every position."""
     positions = torch.arange(length, dtype=torch.float64)  # (L,)
+    return sum(bool((positions * base ** (-2 * i / head_dim) < full_turn).all()) for i in range(head_dim // 2))
+
+
+def past_twice(base: float, head_dim: int, length: int, factor: int, *, scaled_base: float | None = None,
+               divide: float = 1.0, only_slow: bool = True) -> int:
+    """Pairs (that never turned within L positions, when ``only_slow``) of which some position of 0..sL-1, with
+    the frequencies scaled_base**(-2i/d) / divide, gives an angle above twice the largest angle of positions
+    0..L-1 with base**(-2i/d); checked at every position. ``scaled_base`` defaults to NTK-aware's."""
+    if scaled_base is None:
+        scaled_base = base * factor ** (head_dim / (head_dim - 2))
+    trained_positions = torch.arange(length, dtype=torch.float64)
+    read_positions = torch.arange(factor * length, dtype=torch.float64)
     count = 0
     for i in range(head_dim // 2):
-        theta = base ** (-exponent * i / head_dim)
-        count += bool((positions * theta < full_turn).all())
+        trained = trained_positions * base ** (-2 * i / head_dim)
+        if only_slow and not bool((trained < 2 * math.pi).all()):
+            continue
+        read = read_positions * scaled_base ** (-2 * i / head_dim) / divide
+        count += bool((read > 2 * trained.max()).any())
     return count
+
+
+def rope_56(parameters: dict, base: float | None = None) -> list[int]:
+    base = parameters["base"] if base is None else base
+    head_dim, length, factor = parameters["head_dim"], parameters["context"], parameters["factor"]
+    return [never_turning_pairs(base, head_dim, length), past_twice(base, head_dim, length, factor)]
 
 
 def expected_by_derivation(item: str, parameters: dict) -> list[int]:
@@ -118,7 +139,7 @@ def expected_by_derivation(item: str, parameters: dict) -> list[int]:
     if item == "4.8":
         heads = parameters["heads"]
         return [hiding_by_search(parameters["lead"], alibi_slope(h, heads)) for h in (1, heads)]
-    return [never_turning_pairs(parameters["base"], parameters["head_dim"], parameters["context"])]
+    return rope_56(parameters)
 
 
 def mistakes_by_derivation(item: str, parameters: dict) -> list[list[int]]:
@@ -140,16 +161,16 @@ def mistakes_by_derivation(item: str, parameters: dict) -> list[list[int]]:
         first, last = (hiding_by_search(lead, alibi_slope(h, heads)) for h in (1, heads))
         eight = [hiding_by_search(lead, alibi_slope(h, 8)) for h in (1, 8)]
         return [[first - 1, last - 1], [last, first], [last - 1, first - 1], eight]
-    base, head_dim, length = parameters["base"], parameters["head_dim"], parameters["context"]
-    right = never_turning_pairs(base, head_dim, length)
-    return [[value] for value in (
-        head_dim // 2 - right,
-        never_turning_pairs(10_000, head_dim, length),
-        never_turning_pairs(base, head_dim, length, full_turn=1.0),
-        never_turning_pairs(base, head_dim, length, exponent=4.0),
-        never_turning_pairs(base, head_dim, length, full_turn=360.0),
-        never_turning_pairs(500_000, 128, 8192),
-    )]
+    base, head_dim, length, factor = parameters["base"], parameters["head_dim"], parameters["context"], parameters["factor"]
+    slow, beyond = rope_56(parameters)
+    return [
+        [head_dim // 2 - slow, beyond],
+        [slow, past_twice(base, head_dim, length, factor, only_slow=False)],
+        [slow, past_twice(base, head_dim, length, factor, scaled_base=base)],
+        [slow, past_twice(base, head_dim, length, factor, scaled_base=base * factor)],
+        [slow, past_twice(base, head_dim, length, factor, scaled_base=base, divide=factor)],
+        rope_56(parameters, base=10_000),
+    ]
 
 
 def distinct(right: list[int], wrong: list[list[int]]) -> list[list[int]]:
@@ -170,7 +191,7 @@ def test_the_items_vary_with_todays_values_first():
         "4.3": {"num_buckets": 64, "max_distance": 1000, "length": 100},
         "4.7": {"num_buckets": 64, "max_distance": 1000, "distance": 150},
         "4.8": {"lead": 1.3, "heads": 8},
-        "5.6": {"base": 500_000, "head_dim": 96, "context": 8192},
+        "5.6": {"base": 500_000, "head_dim": 96, "context": 8192, "factor": 8},
     }
     assert [VARIED[item].test_cell for item in ITEMS] == ["bucket_reach_test", "t5_shared_test", "alibi_hiding_test",
                                                            "slow_pairs_test"]
@@ -221,8 +242,10 @@ def test_the_derivations_can_tell_the_known_cases():
     # and 32 * 31.25**(15/32) = 160.64
     assert shared_distances(64, 1000, 150) == [145, 160]
     assert [hiding_by_search(1.3, alibi_slope(h, 8)) for h in (1, 8)] == [4, 334]  # 1 + 2.6, 1 + 332.8
-    assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63: Llama 3, the question's example
+    assert never_turning_pairs(500_000, 128, 8192) == 29  # pairs 35 to 63 of Llama 3 (the book's example)
     assert never_turning_pairs(500_000, 96, 8192) == 21  # pairs 27 to 47: 2 pi 500000**(54/96) = 10,089 > 8,191
+    # pair i reaches 65,535 / 8,191 * 8**(-2i/94) times its trained angle: 2.19 for pair 31, 1.91 for pair 32
+    assert past_twice(500_000, 96, 8192, 8) == 5
 
 
 @pytest.mark.parametrize("item", ITEMS)
@@ -304,32 +327,42 @@ def test_no_alibi_distance_is_a_tie(parameters):
 
 
 @pytest.mark.parametrize("parameters", combinations("5.6"), ids=combination_id)
-def test_no_count_of_slow_pairs_hangs_on_the_last_position(parameters):
-    """No wavelength 2 pi base**(2i/d) lies within 10 tokens of L - 1 or L: L - 1 or L as the last position, and
-    float32 frequencies, give the same count."""
-    base, head_dim, length = parameters["base"], parameters["head_dim"], parameters["context"]
+def test_no_count_of_5_6_hangs_on_the_last_position_or_on_a_last_decimal(parameters):
+    """No wavelength 2 pi base**(2i/d) lies within 10 tokens of L - 1 or L, and no pair's ratio of its largest
+    angle at sL to its largest trained angle lies within 0.5% of 2: L - 1 or L as the last position, and float32
+    frequencies, give the same counts."""
+    base, head_dim, length, factor = parameters["base"], parameters["head_dim"], parameters["context"], parameters["factor"]
     wavelengths = [2 * math.pi * base ** (2 * i / head_dim) for i in range(head_dim // 2)]
     assert min(abs(wavelength - last) for wavelength in wavelengths for last in (length - 1, length)) >= 10
-    thetas32 = (base ** (-2 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)).float()
-    assert int(((length - 1) * thetas32 < 2 * math.pi).sum()) == never_turning_pairs(base, head_dim, length)
+    scaled_base = base * factor ** (head_dim / (head_dim - 2))
+    ratios = [(factor * length - 1) * scaled_base ** (-2 * i / head_dim) / ((length - 1) * base ** (-2 * i / head_dim))
+              for i in range(head_dim // 2)]
+    assert min(abs(ratio - 2) for ratio in ratios) >= 0.01
+    pairs = torch.arange(head_dim // 2, dtype=torch.float64)
+    thetas32 = (base ** (-2 * pairs / head_dim)).float()
+    scaled32 = (scaled_base ** (-2 * pairs / head_dim)).float()
+    slow32 = (length - 1) * thetas32 < 2 * math.pi
+    beyond32 = (factor * length - 1) * scaled32 > 2 * (length - 1) * thetas32
+    assert [int(slow32.sum()), int((slow32 & beyond32).sum())] == rope_56(parameters)
     assert never_turning_pairs(base, head_dim, length + 1) == never_turning_pairs(base, head_dim, length)
 
 
 @pytest.mark.parametrize(("student", "pairs"), [("", 48), ("ada", 32), ("ida", 128)])
-def test_the_visible_test_of_5_6_bounds_the_count_by_the_students_pairs(monkeypatch, student, pairs):
+def test_the_visible_test_of_5_6_bounds_the_counts_by_the_students_pairs(monkeypatch, student, pairs):
     """The notebook's parameters (here from $JUPYTERHUB_USER, as on a hub) set the bound d/2 of the visible test."""
     monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
     monkeypatch.setenv("JUPYTERHUB_USER", student)
     assert draw(VARIED["5.6"], student)["head_dim"] // 2 == pairs or not student
-    passed, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs + 1})
-    assert not passed and message == f"{VISIBLE_FAILURE}a number of pairs, between 0 and d/2", message
-    _, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"slow_pairs_llama3": pairs})
+    passed, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"ntk_slow_pairs": [pairs + 1, 0]})
+    assert not passed and message == f"{VISIBLE_FAILURE}two counts of pairs, each between 0 and d/2", message
+    _, message = grade_item(monkeypatch, ROPE, "slow_pairs_test", values={"ntk_slow_pairs": [pairs, pairs]})
     assert not message.startswith(VISIBLE_FAILURE), message
 
 
 def test_no_student_draws_the_parameters_whose_answers_the_book_prints():
     """The book draws T5's 32 buckets (max_distance 32 to 256) and counts the slow pairs of heads of 128 features
-    (bases 10000 and 500000, lengths 2048 and 8192): no student's 4.3, 4.7 or 5.6 uses them."""
+    (bases 10000 and 500000, lengths 2048 and 8192) and the NTK-aware overshoot of d = 128: no student's 4.3, 4.7
+    or 5.6 uses them."""
     assert 32 not in VARIED["4.3"].choices["num_buckets"] and 32 not in VARIED["4.7"].choices["num_buckets"]
     assert 128 not in VARIED["5.6"].choices["head_dim"]
 
@@ -339,3 +372,102 @@ def test_the_parameters_line_names_every_value(item):
     for parameters in combinations(item):
         line = VARIED[item].describe(parameters)
         assert all(str(value) in line for value in parameters.values()), line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5.7: the student's mystery_rope and the angle that shows its bug
+# ---------------------------------------------------------------------------------------------------------
+
+BUGS = ("doubled_exponent", "half_layout", "degrees", "squared_positions", "wrong_direction", "none")
+
+
+def rotate_e(x: torch.Tensor, position: int, bug: str) -> torch.Tensor:
+    """``x`` of d = 8 rotated to ``position`` (base 10) with ``bug``: each pair turned here by its 2 x 2 rotation,
+    the pairs (2i, 2i + 1), or (i, i + 4) for the half layout."""
+    y = x.clone()
+    for i in range(4):
+        angle = position * 10.0 ** (-(4 if bug == "doubled_exponent" else 2) * i / 8)
+        angle = {"wrong_direction": -angle, "degrees": angle * math.pi / 180,
+                 "squared_positions": angle * position}.get(bug, angle)
+        first, second = (i, i + 4) if bug == "half_layout" else (2 * i, 2 * i + 1)
+        y[first] = x[first] * math.cos(angle) - x[second] * math.sin(angle)
+        y[second] = x[first] * math.sin(angle) + x[second] * math.cos(angle)
+    return y
+
+
+def measured_by_rotation(bug: str, position: int) -> float:
+    """atan2(y[7], y[6]) for y = e_6 of d = 8 rotated to ``position`` (base 10) with ``bug``."""
+    y = rotate_e(torch.eye(8, dtype=torch.float64)[6], position, bug)
+    return math.atan2(float(y[7]), float(y[6]))
+
+
+def the_mysteries() -> dict[int, str]:
+    """Which bug each mystery_rope_<n> of the notebook has, found here by comparing it, on a random vector at
+    three positions, with each bug written pair by pair (not read from the grader's map)."""
+    cells = source_cells(ROPE)
+    namespace: dict = {}
+    exec(cells["imports"], namespace)  # noqa: S102 (source/ is trusted)
+    exec(cells["planted_bug_code"].split("\n\n\nmystery_rope = ")[0], namespace)  # noqa: S102
+    x = torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    found = {}
+    for number in range(1, 7):
+        mystery = namespace[f"mystery_rope_{number}"]
+        matches = [bug for bug in BUGS
+                   if all(torch.allclose(mystery(x[None], torch.tensor([m]), base=10.0)[0], rotate_e(x, m, bug))
+                          for m in (1, 3, 9))]
+        assert len(matches) == 1, (number, matches)
+        found[number] = matches[0]
+    return found
+
+
+POSITIONS_57 = (9, 7, 8, 10, 11, 13, 14)
+
+
+def test_5_7_varies_with_the_answer_keys_values_first():
+    variant = next(variant for variant in variants_of(ROPE) if variant.item == "5.7")
+    assert variant.answer_key == {"mystery": 3, "position": 9} and variant.test_cell == "planted_bug_test"
+    literal = hidden_constants(ROPE, "planted_bug_test")
+    computed = variant.constants(variant.answer_key)
+    assert set(computed) == {"EXPECTED_BUG", "EXPECTED", "MISTAKES"} <= set(literal)
+    assert computed == {name: literal[name] for name in computed}
+    assert literal["EXPECTED_BUG"] == "wrong_direction"
+    assert literal["EXPECTED"] == pytest.approx([measured_by_rotation("wrong_direction", 9)], abs=1e-12)
+
+
+def test_5_7_each_number_is_one_of_the_six_bugs_and_the_grader_knows_which():
+    found = the_mysteries()
+    assert sorted(found.values()) == sorted(BUGS)
+    variant = next(variant for variant in variants_of(ROPE) if variant.item == "5.7")
+    assert sorted(variant.choices["mystery"]) == [1, 2, 3, 4, 5, 6]
+    for number, bug in found.items():
+        assert variant.constants({"mystery": number, "position": 9})["EXPECTED_BUG"] == bug
+
+
+@pytest.mark.parametrize("position", POSITIONS_57)
+def test_5_7_every_bug_shows_its_own_angle_at_every_allowed_position(position):
+    """For every mystery and position: the expected angle is the one measured here, every bug gives an angle at
+    least 0.05 from every other's (modulo 2 pi), the half layout's is 0 or pi far from a tie, and each named
+    mistake is at least 0.05 from the right angle; the mistakes are those the hidden test names."""
+    variant = next(variant for variant in variants_of(ROPE) if variant.item == "5.7")
+    assert variant.choices["position"] == POSITIONS_57
+    found = the_mysteries()
+    angles = {bug: measured_by_rotation(bug, position) for bug in BUGS}
+
+    def gap(a: float, b: float) -> float:
+        return abs(math.remainder(a - b, 2 * math.pi))
+
+    assert min(gap(angles[a], angles[b]) for a, b in itertools.combinations(BUGS, 2)) > 0.15
+    assert abs(math.cos(position * 10.0 ** (-2 * 2 / 8))) > 0.1  # half layout: e_6 is cos(m theta_2) e_6
+    for number, bug in found.items():
+        constants = variant.constants({"mystery": number, "position": position})
+        assert constants["EXPECTED_BUG"] == bug
+        assert gap(constants["EXPECTED"][0], angles[bug]) < 1e-12
+        rope, in_degrees = angles["none"], math.degrees(angles[bug])
+        expected_mistakes = distinct([angles[bug]], [[rope], [in_degrees]]) if bug != "none" else [[in_degrees]]
+        named = [wrong for _, wrong in constants["MISTAKES"]]
+        assert len(named) == len({gap(wrong[0], angles[bug]) for wrong in named})
+        for wrong in named:
+            assert gap(wrong[0], angles[bug]) > 0.05
+        assert len(named) <= len(expected_mistakes)
+        for wrong in named:
+            assert any(gap(wrong[0], other[0]) < 1e-9 for other in expected_mistakes)

@@ -234,7 +234,7 @@ def interleaved_to_half(x):
     d = x.shape[-1]
     return torch.stack((x[..., : d // 2], x[..., d // 2 :]), dim=-1).flatten(-2)
 """,
-        "slow_pairs_answer": "slow_pairs_llama3 = 27  # the pairs that do complete a turn",
+        "slow_pairs_answer": "ntk_slow_pairs = [27, 5]  # the first: the pairs that do complete a turn",
         "quiz_raised_base_answer": 'quiz_raised_base = "A"',
     },
     "06_comparison": {
