@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         "resubmission is open; see book/guide_instructors.md, 'When to release feedback')",
     )
     grade.add_argument(
+        "--max-class-mb",
+        type=positive_int,
+        default=None,
+        help="most MB of the class's files copied for grading (default: 2048); a file past it, or past the "
+        "temporary folder's free space, is not copied and its submission gets 0 with the reason",
+    )
+    grade.add_argument(
         "--timeout",
         type=positive_int,
         default=None,
@@ -185,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 regrade=arguments.regrade,
                 variants=None if arguments.variants is None else arguments.variants == "on",
                 withhold_answers=arguments.withhold_answers,
+                max_class_mb=arguments.max_class_mb,
             )
         except (FileNotFoundError, ValueError) as error:
             print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
