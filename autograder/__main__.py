@@ -195,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_class_mb=arguments.max_class_mb,
             )
         except (FileNotFoundError, ValueError) as error:
-            print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
+            print(report_text(f"cannot grade {arguments.path}: {error}"), file=sys.stderr)
             return 2
         except SchedulerLost as error:
-            print(f"grading stopped: {error}", file=sys.stderr)
+            print(report_text(f"grading stopped: {error}"), file=sys.stderr)  # it names the students recorded
             return 3
         if not results:
             print(
@@ -257,7 +257,9 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
         print(f"{arguments.out} is an nbgrader course directory; see book/guide_instructors.md, 'Grading a class'")
         return 0
     except ValueError as error:
-        print(f"{arguments.command}: {error}", file=sys.stderr)
+        from autograder.feedback.escape import report_text
+
+        print(report_text(f"{arguments.command}: {error}"), file=sys.stderr)
         return 2
 
 
