@@ -8,12 +8,18 @@ other student of the zip is received. The members are patched by hand, as a host
 
 from __future__ import annotations
 
+import csv
 import io
 import random
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
+
+import pytest
+from planted import ROOT, command_environment, sandbox_missing
 
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.intake.submissions import collect
@@ -30,10 +36,10 @@ def _path(student: str) -> str:
     return f"{student}/02_sinusoidal/02_sinusoidal.ipynb"
 
 
-def _zip(hostile: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+def _zip(hostile: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED, honest: dict[str, bytes] = HONEST) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=method) as bundle:
-        for student, content in {**HONEST, **hostile}.items():
+        for student, content in {**honest, **hostile}.items():
             bundle.writestr(_path(student), content)
     return buffer.getvalue()
 
@@ -227,3 +233,32 @@ def test_an_error_zipfile_raises_on_opening_a_member_gives_its_student_0(tmp_pat
         "02_sinusoidal.ipynb could not be read from the zip (NotImplementedError: compressed patched data (flag bit 5))"
     )
     _assert_honest_received(found, received, "pat")
+
+
+@pytest.mark.slow
+def test_grade_of_a_hostile_zip_grades_every_student_and_says_why_each_was_refused(tmp_path):
+    """`python -m autograder grade class.zip --out DIR --max-class-mb 1`, as the instructors' guide writes it:
+    one student encrypted, one Deflate64, one past the class's cap; the batch completes and items.csv says why."""
+    if sandbox_missing() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_missing()}")
+    honest = {"ada": b"not JSON", "cy": b"not JSON either"}  # received, then refused in the stage: no kernel runs
+    data = _zip({"bob": b"b" * (1024**2 + 1), "dan": NOTEBOOK, "eve": NOTEBOOK}, honest=honest)
+    data = _patch(data, "dan", local={"method": 9}, central={"method": 9})
+    data = _patch(data, "eve", local={"flags": 1}, central={"flags": 1})
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(data)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "autograder", "grade", str(archive), "--out", str(out), "--no-progress",
+               "--max-class-mb", "1"]
+    run = subprocess.run(command, cwd=ROOT, env=command_environment(), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    with open(out / "items.csv", newline="") as handle:
+        reasons = {row["student_id"]: row["message"] for row in csv.DictReader(handle)}
+    assert set(reasons) == {"ada", "bob", "cy", "dan", "eve"}
+    for student in ("ada", "cy"):
+        assert reasons[student].startswith("the file is not valid JSON"), reasons[student]
+    assert "class's files may take at most 1048576 bytes" in reasons["bob"]
+    assert "compressed by method 9" in reasons["dan"]
+    assert "is encrypted in the zip" in reasons["eve"]
+    with open(out / "grades.csv", newline="") as handle:
+        assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)} == dict.fromkeys(reasons, 0.0)
