@@ -95,7 +95,7 @@ def test_an_exchange_file_with_a_second_name_is_not_used(tmp_path):
 def _bwrap_missing() -> str | None:
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/mnt", "true"], capture_output=True)
+    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/mnt", "true"], capture_output=True, check=False)
     return None if probe.returncode == 0 else f"bwrap cannot mount here: {probe.stderr.decode()[:200]}"
 
 
@@ -121,7 +121,7 @@ def _collect_with_mounts(
     )
     done = subprocess.run(
         ["bwrap", "--dev-bind", "/", "/", *mounts, sys.executable, "-c", script],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, pass_fds=fds,
+        capture_output=True, text=True, cwd=ROOT, timeout=120, pass_fds=fds, check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -198,7 +198,7 @@ def _run_with_small_disk(tmp_path: Path, disk_bytes: int, python: str) -> dict:
     done = subprocess.run(
         ["bwrap", "--dev-bind", "/", "/", "--size", str(disk_bytes), "--tmpfs", str(received),
          sys.executable, "-c", script],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

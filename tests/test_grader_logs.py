@@ -66,7 +66,7 @@ def test_the_log_file_marks_the_kernel_s_lines_and_nbgrader_s(tmp_path, monkeypa
         "autograded": '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}',
         "log": f"[AutogradeApp] converting\n{HOSTILE}", "kernel_log": f"printed by the kernel\n{HOSTILE}\n",
     }
-    outcome = stage.StageOutcome(json.dumps(answer).encode("ascii"), "stage's \x1b[31mown\x1b[0m".encode(), 0)
+    outcome = stage.StageOutcome(json.dumps(answer).encode("ascii"), b"stage's \x1b[31mown\x1b[0m", 0)
     monkeypatch.setattr("autograder.pipeline._start_stage", lambda task, groups: outcome)
     result = grade_task(_task(tmp_path))
     assert result.reason is None
@@ -83,8 +83,8 @@ def test_the_log_file_marks_the_kernel_s_lines_and_nbgrader_s(tmp_path, monkeypa
 @pytest.mark.parametrize(
     "outcome",
     [
-        stage.StageOutcome(b"", "Traceback\n\x1b]0;title\x07\rscore 16 / 16".encode(), 1),  # no answer
-        stage.StageOutcome(b"", "\x1b]0;title\x07".encode(), None, "grading took longer than 9 seconds in all"),
+        stage.StageOutcome(b"", b"Traceback\n\x1b]0;title\x07\rscore 16 / 16", 1),  # no answer
+        stage.StageOutcome(b"", b"\x1b]0;title\x07", None, "grading took longer than 9 seconds in all"),
     ],
 )
 def test_the_stage_s_standard_error_is_escaped_and_marked(tmp_path, outcome):

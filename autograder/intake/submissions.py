@@ -37,7 +37,7 @@ from autograder.intake.safe_files import Entry, Folder, Refused, shown, walk
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.intake.zip_tree import MAX_ZIP_MEMBERS, ZipTree
 
-__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Submission", "collect", "class_root"]
+__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Submission", "class_root", "collect"]
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
 _SKIPPED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
@@ -125,10 +125,13 @@ def _zip_root(entries: list[Entry], assignments: tuple[str, ...]) -> tuple[str, 
     if len(top) != 1 or top[0].kind != "folder":
         return ()
     inner = top[0].parts
-    for entry in entries:
-        if len(entry.parts) == 2 and entry.parts[0] == inner[0] and entry.name in assignments:
-            if entry.kind in ("folder", "link"):
-                return ()
+    # a link named after an assignment is still an assignment folder: it is refused later, with a warning
+    if any(
+        len(entry.parts) == 2 and entry.parts[0] == inner[0] and entry.name in assignments
+        and entry.kind in ("folder", "link")
+        for entry in entries
+    ):
+        return ()
     return inner
 
 
@@ -161,7 +164,11 @@ def collect(
         with ZipTree.open(root, _skipped) as tree:
             collection.warnings += tree.warnings
             prefix = _zip_root(tree.entries, assignments)
-            entries = [Entry(entry.parts[len(prefix) :], entry.kind) for entry in tree.entries if entry.parts[: len(prefix)] == prefix and len(entry.parts) > len(prefix)]
+            entries = [
+                Entry(entry.parts[len(prefix) :], entry.kind)
+                for entry in tree.entries
+                if entry.parts[: len(prefix)] == prefix and len(entry.parts) > len(prefix)
+            ]
 
             @contextmanager
             def open_zip_folder(student: str, assignment: str) -> Iterator:
