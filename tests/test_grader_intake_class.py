@@ -157,6 +157,22 @@ def test_a_notebook_mounted_from_another_file_system_is_not_copied(tmp_path):
     assert _copies(tmp_path / "received") == {}
 
 
+@needs_mounts
+def test_the_one_folder_the_class_folder_holds_may_be_a_mount_of_the_instructor_s(tmp_path):
+    submitted = tmp_path / "class" / "submitted"  # e.g. nbgrader's submitted/ on a network file system
+    submitted.mkdir(parents=True)
+    notebook = submitted / "ada" / "02_sinusoidal" / "02_sinusoidal.ipynb"
+    prepare = (
+        f"pathlib.Path({str(notebook.parent)!r}).mkdir(parents=True); "
+        f"pathlib.Path({str(notebook)!r}).write_bytes(b'ada on the mount')"
+    )
+    found = _collect_with_mounts(["--tmpfs", str(submitted)], prepare, tmp_path / "class", tmp_path / "received")
+    assert found == {
+        "submissions": {"ada": [str(tmp_path / "received/ada/02_sinusoidal/02_sinusoidal.ipynb"), None]},
+        "warnings": [],
+    }
+
+
 # ----------------------------------------------------------------------------------- the class's cap and disk
 
 

@@ -146,11 +146,13 @@ class Folder:
         except OSError as error:
             raise Refused(name, _could_not("found", error)) from error
 
-    def child(self, name: str) -> Folder:
-        """The folder ``name`` in this one, never through a link.
+    def child(self, name: str, *, new_root: bool = False) -> Folder:
+        """The folder ``name`` in this one, never through a link, nor on another file system unless
+        ``new_root`` (the folder is then the root of a tree of its own: the one folder the instructor's class
+        folder holds).
 
         Raises:
-            Refused: ``name`` is a link, not a folder, or cannot be opened.
+            Refused: ``name`` is a link, not a folder, a mount point, or cannot be opened.
         """
         mode = self._lstat(name).st_mode
         if not stat.S_ISDIR(mode):
@@ -160,6 +162,8 @@ class Folder:
         except OSError as error:  # replaced by a link or a file since the lstat
             why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
             raise Refused(name, why) from error
+        if new_root:
+            return Folder(descriptor)
         if os.fstat(descriptor).st_dev != self.device:
             os.close(descriptor)
             raise Refused(name, MOUNT_POINT)

@@ -76,7 +76,7 @@ def _inner_folder(top: Folder, assignments: tuple[str, ...]) -> str | None:
     names = [(name, kind) for name, kind in top.entries()[0] if not _skipped(name)]
     if len(names) != 1 or names[0][1] != "folder":
         return None
-    with top.child(names[0][0]) as inner:
+    with top.child(names[0][0], new_root=True) as inner:
         # a link named after an assignment is still an assignment folder: it is refused later, with a warning
         if any(name in assignments and kind in ("folder", "link") for name, kind in inner.entries()[0]):
             return None
@@ -181,7 +181,7 @@ def collect(
             if inner is None:
                 _collect_tree(top, assignments, received, budget, collection)
             else:
-                with top.child(inner) as tree:
+                with top.child(inner, new_root=True) as tree:
                     _collect_tree(tree, assignments, received, budget, collection)
     collection.submissions.sort(key=lambda submission: (submission.assignment, submission.student))
     return collection
