@@ -9,11 +9,11 @@ So nothing here opens a path below the class's folder. The folder is opened once
 instructor named it), and every folder below it is opened relative to its parent's descriptor with
 ``O_NOFOLLOW | O_DIRECTORY`` (:meth:`Folder.child`), every file relative to its folder's descriptor with
 ``O_NOFOLLOW | O_NONBLOCK`` (:meth:`Folder.read`, :meth:`Folder.copy`). What is checked is the opened
-descriptor (``fstat``): only a regular file with one link is read; a symbolic link, a hard link (a second
-name of another file: another student's notebook, the released sources), a named pipe, a socket, a device or
-a folder is refused with a reason (:class:`Refused`, e.g. ``x.ipynb is a symbolic link; links are not
-followed``). A folder on another file system than the tree's root (a mount point) is not entered, and
-:meth:`Folder.copy` copies no file from one. A file's size is checked before its first byte is read, and at
+descriptor (``fstat``): only a regular file is read; a symbolic link, a named pipe, a socket, a device or a
+folder is refused with a reason (:class:`Refused`, e.g. ``x.ipynb is a symbolic link; links are not
+followed``). The intake's copy of a class's file (:meth:`Folder.copy`) also refuses a hard link (a file with a
+second name: another student's notebook, the released sources) and a file on another file system; a folder on
+another file system than the tree's root (a mount point) is not entered. A file's size is checked before its first byte is read, and at
 most ``cap + 1`` bytes are read, so a file that grows while it is read is refused too.
 
 A listing (:func:`walk`) never follows a link either, and it is bounded: at most
@@ -78,15 +78,22 @@ def _not_a_regular_file(mode: int) -> str | None:
 
 
 def _not_read(status: os.stat_result, cap: int) -> str | None:
-    """Why the open file of ``status`` is not read (not a regular file, a hard link, larger than ``cap``
-    bytes), or None."""
+    """Why the open file of ``status`` is not read (not a regular file, larger than ``cap`` bytes), or None."""
     if why := _not_a_regular_file(status.st_mode):
         return why
-    if status.st_nlink > 1:
-        return f"has {status.st_nlink} hard links; {HARD_LINK}"
     if status.st_size > cap:
         return f"is {status.st_size} bytes; files larger than {cap} bytes are not read"
     return None
+
+
+def _not_copied(status: os.stat_result, cap: int, device: int) -> str | None:
+    """Why the open file of ``status`` in a class's folder on ``device`` is not copied: as :func:`_not_read`,
+    and a file with a second name (a hard link) or on another file system; or None."""
+    if why := _not_read(status, cap):
+        return why
+    if status.st_nlink > 1:
+        return f"has {status.st_nlink} hard links; {HARD_LINK}"
+    return MOUNT_POINT if status.st_dev != device else None
 
 
 def _could_not(action: str, error: OSError) -> str:
@@ -182,8 +189,8 @@ class Folder:
         """The bytes of the regular file ``name`` in this folder, at most ``cap`` of them.
 
         Raises:
-            Refused: ``name`` is not a regular file with one link (a symbolic or hard link, a pipe, a device, a
-                folder), is larger than ``cap`` bytes (or grows beyond it while read), or cannot be opened.
+            Refused: ``name`` is not a regular file (a link, a pipe, a device, a folder), is larger than
+                ``cap`` bytes (or grows beyond it while read), or cannot be opened.
         """
         descriptor = self._open_file(name)
         try:
@@ -196,8 +203,8 @@ class Folder:
         chunk at a time, its size counted in ``budget`` first; return its size.
 
         Raises:
-            Refused: as :meth:`read`, and also when the file lies on another file system than the tree's
-                root, passes the budget, grows while it is copied or cannot be written (``target`` is then
+            Refused: as :meth:`read`, and also when the file has more than one link (a hard link), lies on
+                another file system than the tree's root, passes the budget, grows while it is copied or cannot be written (``target`` is then
                 deleted).
         """
         from autograder.intake.received import write_chunks  # it builds on Refused, defined here
@@ -205,7 +212,7 @@ class Folder:
         descriptor = self._open_file(name)
         try:
             status = os.fstat(descriptor)
-            if why := _not_read(status, cap) or (MOUNT_POINT if status.st_dev != self.device else None):
+            if why := _not_copied(status, cap, self.device):
                 raise Refused(name, why)
             budget.take(name, status.st_size)
             try:
