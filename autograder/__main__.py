@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         "resubmission is open; see book/guide_instructors.md, 'When to release feedback')",
     )
     grade.add_argument(
+        "--max-class-mb",
+        type=positive_int,
+        default=None,
+        help="most MB of the class's files copied for grading (default: 2048); a file past it, or past the "
+        "temporary folder's free space, is not copied and its submission gets 0 with the reason",
+    )
+    grade.add_argument(
         "--timeout",
         type=positive_int,
         default=None,
@@ -254,12 +261,13 @@ def main(argv: list[str] | None = None) -> int:
                 regrade=arguments.regrade,
                 variants=None if arguments.variants is None else arguments.variants == "on",
                 withhold_answers=arguments.withhold_answers,
+                max_class_mb=arguments.max_class_mb,
             )
         except (FileNotFoundError, ValueError) as error:
-            print(f"cannot grade {arguments.path}: {error}", file=sys.stderr)
+            print(report_text(f"cannot grade {arguments.path}: {error}"), file=sys.stderr)
             return 2
         except SchedulerLost as error:
-            print(f"grading stopped: {error}", file=sys.stderr)
+            print(report_text(f"grading stopped: {error}"), file=sys.stderr)  # it names the students recorded
             return 3
         if not results:
             print(
@@ -320,7 +328,9 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
         print(f"{arguments.out} is an nbgrader course directory; see book/guide_instructors.md, 'Grading a class'")
         return 0
     except ValueError as error:
-        print(f"{arguments.command}: {error}", file=sys.stderr)
+        from autograder.feedback.escape import report_text
+
+        print(report_text(f"{arguments.command}: {error}"), file=sys.stderr)
         return 2
 
 

@@ -13,7 +13,9 @@ bounded size (the stage's standard output is cut at :data:`autograder.sandbox.st
   the worker puts the Content-Security-Policy in front of it and the grader's notes after its ``<body>``;
 - ``autograded``: the cleaned notebook, a valid nbformat 4 notebook whose outputs hold only
   :data:`OUTPUT_TYPES` with typed metadata (:func:`check_autograded`);
-- ``log``: text for the instructor's log file.
+- ``log``: text for the instructor's log file (nbgrader's log), and ``kernel_log``: the end of what the kernel
+  wrote, each at most :data:`MAX_LOG` characters; the worker escapes and marks every line of both
+  (:mod:`autograder.pipeline`).
 
 Anything else (another key, a wrong type, a number out of range, a grade_id the release does not have) makes
 the whole answer a failure of the grader for that submission: never kept as a grade
@@ -36,7 +38,9 @@ MAX_REASON = 2000
 MAX_PAGE = 48 * 1024 * 1024
 MAX_NOTEBOOK = 40 * 1024 * 1024
 MAX_LOG = 512 * 1024
-KEYS = frozenset({"items", "notes", "reason", "failure", "feedback", "autograded", "log", "kernel_failed"})
+KEYS = frozenset(
+    {"items", "notes", "reason", "failure", "feedback", "autograded", "log", "kernel_log", "kernel_failed"}
+)
 OUTPUT_TYPES = frozenset({"text/plain", "text/html", "image/png", "image/jpeg"})
 IMAGE_METADATA = frozenset({"width", "height"})
 # What the stage's rebuild keeps of a cell's metadata (autograder/feedback/outputs.py): nbgrader's, alone.
@@ -56,6 +60,7 @@ class Answer:
     feedback: str | None = None
     autograded: str | None = None
     log: str = ""
+    kernel_log: str = ""
     kernel_failed: bool = False
 
 
@@ -115,6 +120,7 @@ def read_answer(data: bytes, layout: tuple[LayoutItem, ...]) -> Answer:
         feedback=_optional_text(value.get("feedback"), MAX_PAGE, "the feedback page"),
         autograded=_optional_text(value.get("autograded"), MAX_NOTEBOOK, "the autograded notebook"),
         log=_text(value.get("log", ""), MAX_LOG, "the log"),
+        kernel_log=_text(value.get("kernel_log", ""), MAX_LOG, "the kernel's log"),
         kernel_failed=value.get("kernel_failed", False) is True,
     )
     if answer.failure is None and answer.reason is None:

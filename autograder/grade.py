@@ -68,7 +68,8 @@ from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
-from autograder.intake.submissions import collect, extract_notebooks
+from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES
+from autograder.intake.submissions import collect
 from autograder.pipeline import write_ungraded
 from autograder.progress import item_labels
 from autograder.records import Records, record_key
@@ -142,16 +143,6 @@ def _prepare_task(task: Task, submission) -> Task | Result:
     if submission.path is None:
         return write_ungraded(task, submission.reason or "the folder holds no notebook")
     return dataclasses.replace(task, notebook=submission.path)
-
-
-def _submission_root(path: Path, work: Path) -> tuple[Path, list[str]]:
-    if path.is_dir():
-        return path, []
-    if path.is_file():
-        root = work / "unzipped"
-        root.mkdir()
-        return root, extract_notebooks(path, root)
-    raise FileNotFoundError(f"{path} is neither a folder nor a zip file")
 
 
 class Delivery:
@@ -236,6 +227,7 @@ class Options:
     regrade: bool
     variants: bool
     withhold_answers: bool
+    max_class_bytes: int
 
 
 def grade(
@@ -253,6 +245,7 @@ def grade(
     regrade: bool = False,
     variants: bool | None = None,
     withhold_answers: bool = False,
+    max_class_mb: int | None = None,
 ) -> list[Result]:
     """Grade every submission under ``path`` (a folder or a zip); write the outputs into ``out``.
 
@@ -281,13 +274,18 @@ def grade(
         withhold_answers: a wrong answer's message says only that it is wrong (never the named mistake, the
             right value or the right letter), for feedback released while resubmission is still open; a
             malformed answer still says what form is asked for.
+        max_class_mb: the most MB of the class's files the grader copies for a batch (its ``received/``
+            folder, in the temporary folder), default 2048; a file that would pass it, or leave the
+            temporary folder with less than 256 MB free, is not copied and its submission gets 0 with the
+            reason (:mod:`autograder.intake.received`).
 
     Returns:
         One result per student and assignment, sorted by assignment then student.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: ``path`` is a file that is not a zip, or a zip beyond the size limits; ``jobs`` < 1;
+        ValueError: ``path`` is a file that is not a zip, or a zip of too many members; ``jobs`` < 1;
+            ``max_class_mb`` < 1;
             ``db_url`` is not a URL or its database cannot be opened; ``scheduler`` cannot be reached or
             has no worker that passes its check.
         SchedulerLost: the scheduler went away mid-batch; the results recorded so far are kept, and the same
@@ -296,8 +294,12 @@ def grade(
     path, out = Path(path).resolve(), Path(out).resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
+    if not (path.is_dir() or path.is_file()):
+        raise FileNotFoundError(f"{path} is neither a folder nor a zip file")
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if max_class_mb is not None and (isinstance(max_class_mb, bool) or not isinstance(max_class_mb, int) or max_class_mb < 1):
+        raise ValueError(f"max_class_mb must be a whole number of MB >= 1, got {max_class_mb!r}")
     if sandbox and scheduler is None and (problem := bwrap_problem()) is not None:
         raise ValueError(
             f"no submission was graded: the sandbox cannot run on this machine ({problem}). Every student's "
@@ -310,6 +312,7 @@ def grade(
     options = Options(
         jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
         scheduler, regrade, enabled_in_config() if variants is None else variants, withhold_answers,
+        DEFAULT_MAX_CLASS_BYTES if max_class_mb is None else max_class_mb * MEGABYTE,
     )
     out.mkdir(parents=True, exist_ok=True)
     class_db_url = db_url or f"sqlite:///{out / 'gradebook.db'}"
@@ -361,9 +364,8 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
     limits = options.limits
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
-        root, warnings_found = _submission_root(path, work)
-        collection = collect(root, ASSIGNMENTS, received=work / "received")
-        warnings_found += collection.warnings
+        collection = collect(path, ASSIGNMENTS, received=work / "received", max_bytes=options.max_class_bytes)
+        warnings_found = list(collection.warnings)
         assignments = sorted({submission.assignment for submission in collection.submissions})
         course = TemporaryCourse(work / "template", assignments)
         kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports

@@ -14,8 +14,9 @@ From the student's bytes to plain data, in this order:
    renders the feedback page from it.
 
 The answer (:func:`grade_in_stage`) is a dict of plain values: the items, the notes, a reason when nothing
-could be graded, the feedback page and the autograded notebook as text, and the log. The worker trusts none
-of it until :mod:`autograder.crossing` has checked it.
+could be graded, the feedback page and the autograded notebook as text, the log (nbgrader's) and apart from
+it the end of what the kernel wrote (``kernel_log``), so that the worker marks each line of the log file with
+where it came from. The worker trusts none of it until :mod:`autograder.crossing` has checked it.
 """
 
 from __future__ import annotations
@@ -95,8 +96,10 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
         log.append(_nbgrader_step(Autograde, course_root, task, kernel, **_autograde_config(task.limits)))
     except NbgraderError as error:
         log.append(str(error))
-        log.append(_kernel_log_tail(kernel))
-        return {"reason": _failure_reason(str(error)), "notes": notes, "log": _joined(log), "kernel_failed": True}
+        return {
+            "reason": _failure_reason(str(error)), "notes": notes, "log": _joined(log), "kernel_failed": True,
+            "kernel_log": _kernel_log_tail(kernel),
+        }
     notes += _timeout_notes(log[-1])
     if note := parameters_note(task):
         notes.append(note)
@@ -108,7 +111,6 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     _show_verdicts(autograded, decided)
     log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter={"template_name": "feedback"}))
     page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
-    log.append(_kernel_log_tail(kernel))
     return {
         "items": [dataclasses.asdict(item) for item in items],
         "notes": notes,
@@ -116,6 +118,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
         "feedback": page.read_text(encoding="utf-8"),
         "autograded": autograded.read_text(encoding="utf-8"),
         "log": _joined(log),
+        "kernel_log": _kernel_log_tail(kernel),
     }
 
 
@@ -224,7 +227,8 @@ def _timeout_notes(log: str) -> list[str]:
 
 
 def _kernel_log_tail(kernel: Path) -> str:
-    """The end of what the kernel wrote on its standard output and error (its own log file)."""
+    """The end (:data:`MAX_KERNEL_LOG_BYTES` at most) of what the kernel wrote on its standard output and error
+    (its own log file)."""
     path = kernel / KERNEL_LOG
     try:
         with open(path, "rb") as handle:
@@ -232,7 +236,7 @@ def _kernel_log_tail(kernel: Path) -> str:
             tail = handle.read(MAX_KERNEL_LOG_BYTES).decode("utf-8", "backslashreplace")
     except OSError:
         return ""
-    return f"--- the kernel's standard output and error (last {MAX_KERNEL_LOG_BYTES} bytes at most) ---\n{tail}"
+    return tail
 
 
 def _failure_messages(autograded: Path) -> dict[str, str]:

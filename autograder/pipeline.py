@@ -9,7 +9,11 @@ checks before it becomes a :class:`autograder.types.Result` and files:
 - the feedback page: the Content-Security-Policy first (:mod:`autograder.feedback.escape`), whatever the
   stage wrote, then the grader's notes, escaped;
 - the autograded notebook (the one the formgrader shows), already checked against its allowlist;
-- the log: the worker's, the stage's and the kernel's.
+- the log (``logs/<student>/<assignment>.log``): the worker's lines, nbgrader's (the stage's answer), the
+  stage's standard error and the end of the kernel's output, each line marked with where it came from
+  (``grader |``, ``nbgrader |``, ``stage |``, ``kernel |``: :func:`log_lines`) and escaped as a line of
+  ``report.txt`` (:func:`autograder.feedback.escape.report_text`), so that no byte a student's code wrote
+  moves the instructor's terminal, and no line it wrote ("score 16 / 16") passes for the grader's.
 
 It never raises: whatever goes wrong gives the submission 0 and a reason. A failure of the grader itself
 (the stage crashed, answered nonsense or ran past its wall-clock limit; the control group could not be made)
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.crossing import AnswerError, read_answer
+from autograder.feedback.escape import report_text
 from autograder.feedback.pages import add_notes, ungraded_page
 from autograder.grading_stage import StageRequest
 from autograder.sandbox import cgroups
@@ -45,6 +50,15 @@ from autograder.types import Result, Task, zero_items
 MEGABYTE = 1024 * 1024
 STAGE_PROCESSES = 64  # nbgrader's threads and the verdicts' checks, beside the kernel's processes
 GRADER_FAILURE = "the grader failed on this submission (see its log)"
+LOG_SOURCES = ("grader", "nbgrader", "stage", "kernel")
+
+
+def log_lines(source: str, text: str) -> list[str]:
+    """The lines of ``text`` for the log file, each escaped (:func:`report_text`: no control character, no line
+    break of any kind) and marked with its ``source``, one of :data:`LOG_SOURCES`: ``kernel | ...``."""
+    if source not in LOG_SOURCES:
+        raise ValueError(f"source must be one of {LOG_SOURCES}, got {source!r}")
+    return [f"{source:>8} | {report_text(line)}" for line in text.splitlines()]
 
 
 def write_ungraded(task: Task, reason: str, *, grader_failure: bool = False) -> Result:
@@ -133,46 +147,55 @@ def _start_stage(task: Task, groups: Groups | None) -> StageOutcome:
 
 def grade_task(task: Task) -> Result:
     """Grade one submission in its grading stage; never raises."""
-    log: list[str] = []
+    log: list[str] = []  # lines already marked (log_lines)
     groups = None
     try:
         task.directory.mkdir(parents=True, exist_ok=True)
         try:
             groups = _groups(task)
         except OSError as error:
-            log.append(f"the kernel's control group could not be made: {error}")
+            log += log_lines("grader", f"the kernel's control group could not be made: {error}")
             return write_ungraded(task, "the grader could not make the kernel's control group", grader_failure=True)
         outcome = _start_stage(task, groups)
         return _accept(task, outcome, _memory_note(task, groups), log)
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
-        log.append(traceback.format_exc())
+        log += log_lines("grader", traceback.format_exc())
         return write_ungraded(task, GRADER_FAILURE, grader_failure=True)
     finally:
         if groups is not None:
             groups.remove()
         with contextlib.suppress(Exception):  # a log that cannot be written must not lose the grade
             task.log.parent.mkdir(parents=True, exist_ok=True)
-            task.log.write_bytes("\n".join(log).encode("utf-8", "backslashreplace"))
+            task.log.write_bytes("".join(line + "\n" for line in log).encode("utf-8"))
         shutil.rmtree(task.directory, ignore_errors=True)
 
 
 def _accept(task: Task, outcome: StageOutcome, memory_note: str, log: list[str]) -> Result:
     """The result of a stage's ``outcome``, its files written; see the module docstring."""
     errors = outcome.errors.decode("utf-8", "backslashreplace")
+    stage_errors = [
+        *log_lines("grader", f"--- the grading stage's standard error (exit code {outcome.returncode}) ---"),
+        *log_lines("stage", errors),
+    ]
     if outcome.stopped:
-        log.append(f"--- the grading stage's standard error ---\n{errors}")
+        log += stage_errors
         return write_ungraded(task, outcome.stopped, grader_failure=True)
     try:
         answer = read_answer(outcome.response, task.layout)
     except AnswerError as error:
-        log.append(f"--- the grading stage's standard error (exit code {outcome.returncode}) ---\n{errors}")
+        log += stage_errors
         if memory_note:  # the stage was ended at the group's memory limit: the kernel's doing
             return write_ungraded(task, memory_note)
-        log.append(f"its answer was refused: {error}")
+        log += log_lines("grader", f"its answer was refused: {error}")
         return write_ungraded(task, GRADER_FAILURE, grader_failure=True)
-    log.append(answer.log)
+    log += log_lines("nbgrader", answer.log)
+    if answer.kernel_log:
+        log += log_lines(
+            "grader", "--- the end of the kernel's standard output and error (the student's code wrote it) ---"
+        )
+        log += log_lines("kernel", answer.kernel_log)
     if answer.failure is not None:
-        log.append(f"--- the grading stage's standard error ---\n{errors}")
+        log += stage_errors
         return write_ungraded(task, answer.failure, grader_failure=True)
     notes = [*task.notes, *answer.notes]
     if answer.reason is not None:

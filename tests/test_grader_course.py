@@ -22,7 +22,7 @@ import pytest
 from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
 from autograder.course import TemporaryCourse, write_kernelspec
 from autograder.intake.sanitize import prepare, read_notebook
-from autograder.intake.submissions import collect, extract_notebooks
+from autograder.intake.submissions import collect
 from autograder.kernels import kernel_environment
 from autograder.release import COLAB_CELL_ID
 from autograder.verdicts.template import harden_gradebook
@@ -333,18 +333,13 @@ def test_a_zip_is_read_for_notebooks_only_and_never_outside_its_folder(tmp_path)
         bundle.writestr("submitted/ada/04_relative/autograder/answers.py", "print('shadow')")
         bundle.writestr("../escape.ipynb", "{}")
         bundle.writestr("/absolute.ipynb", "{}")
-    destination = tmp_path / "out"
-    destination.mkdir()
-    warnings = extract_notebooks(archive, destination)
-    extracted = sorted(
-        str(path.relative_to(destination)) for path in destination.rglob("*") if path.is_file()
-    )
-    assert extracted == ["submitted/ada/04_relative/04_relative.ipynb"]
-    assert len(warnings) == 2 and not (tmp_path / "escape.ipynb").exists()
+    received = tmp_path / "received"
+    collection = collect(archive, ("04_relative",), received)
+    copied = sorted(str(path.relative_to(received)) for path in received.rglob("*") if path.is_file())
+    assert copied == ["ada/04_relative/04_relative.ipynb"]
+    assert len(collection.warnings) == 2 and not (tmp_path / "escape.ipynb").exists()
     with pytest.raises(ValueError, match="is not a zip file"):
-        extract_notebooks(
-            tmp_path / "out" / "submitted" / "ada" / "04_relative" / "04_relative.ipynb", destination
-        )
+        collect(received / "ada" / "04_relative" / "04_relative.ipynb", ("04_relative",), tmp_path / "again")
 
 
 # ------------------------------------------------------------------------------------------- repairs

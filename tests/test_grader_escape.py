@@ -108,7 +108,7 @@ The score grows like $x^2$ when $x > 1$, and [the paper](https://arxiv.org/abs/1
         ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
         ("@SUM(A1:A9)", "'@SUM(A1:A9)"),
         ("\t=1+1", "'\t=1+1"),
-        ("\r=1+1", "'\r=1+1"),
+        ("\r=1+1", "'\\r=1+1"),
         ("=", "'="),
     ],
 )
@@ -142,6 +142,14 @@ def test_csv_cell_makes_a_lone_surrogate_visible_so_the_file_encodes():
     assert csv_cell("bad\udcffname") == "bad\\udcffname"
     assert csv_cell("=\ud800") == "'=\\ud800"
     csv_cell("\ud800x").encode("utf-8")
+
+
+def test_csv_cell_shows_what_a_terminal_would_act_on_as_escapes():
+    message = "\x1b]0;title\x07\x1b]52;c;cm0gLXJm\x07 fine\rscore 16 / 16\x1b[2K\u202eevil\x85"
+    assert csv_cell(message) == (
+        "\\x1b]0;title\\x07\\x1b]52;c;cm0gLXJm\\x07 fine\\rscore 16 / 16\\x1b[2K\\u202eevil\\x85"
+    )
+    assert csv_cell("line one\nline two\tend") == "line one\nline two\tend"  # quoted by the csv module
 
 
 def test_csv_written_and_read_back_starts_no_cell_with_a_formula():

@@ -5,7 +5,8 @@ outside the output folder, a mode-600 file, a Unix socket and another checkout's
 machine. What must hold: every attack earns 0; the honest students, graded on the same workers after the
 attacks (and one of them beside 60 busy processes), get exactly their grades; the batch completes; no
 kernel reaches any of those things or goes beyond its limits; nothing the students wrote starts a formula in
-a CSV, a line in ``report.txt`` or a script in a feedback page.
+a CSV, a line in ``report.txt`` or a script in a feedback page, and no byte a kernel wrote reaches a log file
+unescaped or unmarked as the kernel's.
 """
 
 from __future__ import annotations
@@ -234,3 +235,17 @@ def test_csv_cells_start_no_formula_and_report_lines_are_not_forged(batch):
     assert not any(line.startswith("FORGED") for line in report.splitlines())
     assert "evil\\nFORGED" in report
     assert "r\\xe9sum\\xe9.ipynb" in report
+
+
+def test_a_kernel_s_escape_sequences_reach_its_log_escaped_and_marked_as_the_kernel_s(batch):
+    log = (batch["out"] / "logs" / "terminal_escapes" / f"{ASSIGNMENT}.log").read_bytes()
+    assert b"\x1b" not in log and b"\x07" not in log and b"\r" not in log
+    lines = log.decode("utf-8").splitlines()
+    assert all(re.match(r" *(grader|nbgrader|stage|kernel) \| ", line) for line in lines), lines[:5]
+    assert all(line.isprintable() for line in lines)
+    kernel = [line for line in lines if line.startswith("  kernel | ")]
+    assert "  kernel | \\x1b[2Kscore 16 / 16" in kernel  # the forged score, as the kernel's
+    assert "  kernel |   grader | the notebook is fine" in kernel  # a forged mark, inside the kernel's line
+    assert not any(re.fullmatch(r" *(grader|nbgrader|stage) \| (\\x1b\[2K)?score 16 / 16", line) for line in lines)
+    for path in (batch["out"] / "logs").rglob("*.log"):
+        assert b"\x1b" not in path.read_bytes(), path

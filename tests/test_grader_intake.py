@@ -16,7 +16,7 @@ import pytest
 from autograder import grade as grade_module
 from autograder.grade import grade
 from autograder.intake.sanitize import prepare
-from autograder.intake.submissions import collect, extract_notebooks
+from autograder.intake.submissions import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
@@ -69,13 +69,18 @@ def test_a_zip_that_fights_back_loses_only_its_own_members(tmp_path):
         bundle.writestr("eve/01_permutation/01_permutation.ipynb", notebook)  # ... and a file of one name
         bundle.writestr("long/01_permutation/" + "x" * 300 + ".ipynb", notebook)
         bundle.writestr("cy/01_permutation/01_permutation.ipynb", notebook)
-    destination = tmp_path / "out"
-    destination.mkdir()
-    warnings = extract_notebooks(archive, destination)
-    assert (destination / "ada/01_permutation/01_permutation.ipynb").is_file()
-    assert (destination / "cy/01_permutation/01_permutation.ipynb").is_file()
-    assert any("longer than 255 bytes" in warning for warning in warnings)
-    assert sum("could not be extracted" in warning for warning in warnings) == 3, warnings
+    received = tmp_path / "received"
+    collection = collect(archive, ASSIGNMENTS, received)
+    found = {s.student: s for s in collection.submissions}
+    assert set(found) == {"ada", "clash", "cy", "eve"}
+    for student in ("ada", "cy"):
+        assert found[student].path.read_bytes() == notebook
+    for student in ("clash", "eve"):  # a name that is a file and a folder is not read
+        assert found[student].path is None
+        assert "used more than once in the zip" in found[student].reason
+    assert any("longer than 255 bytes" in warning for warning in collection.warnings)
+    assert any(warning.startswith("dan/x.ipynb/01_permutation") for warning in collection.warnings)
+    assert not (received / "dan").exists()
 
 
 def test_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):

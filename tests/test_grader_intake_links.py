@@ -26,7 +26,7 @@ from autograder.grade import _record_key
 from autograder.intake import safe_files
 from autograder.intake.safe_files import Folder, Refused
 from autograder.intake.sanitize import read_notebook
-from autograder.intake.submissions import collect, extract_notebooks
+from autograder.intake.submissions import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
@@ -267,22 +267,20 @@ def test_received_must_be_empty(tmp_path):
         collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received")
 
 
-def test_a_zip_is_walked_by_the_same_code_after_extraction(tmp_path):
+def test_a_zip_is_read_by_the_same_rules_and_its_link_member_is_refused(tmp_path):
     archive = tmp_path / "class.zip"
     with zipfile.ZipFile(archive, "w") as bundle:
         bundle.writestr("ada/02_sinusoidal/02_sinusoidal.ipynb", NOTEBOOK)
         link = zipfile.ZipInfo("bob/02_sinusoidal/02_sinusoidal.ipynb")
         link.external_attr = (stat.S_IFLNK | 0o777) << 16
         bundle.writestr(link, str(SOURCE))
-    unzipped = tmp_path / "unzipped"
-    unzipped.mkdir()
-    assert extract_notebooks(archive, unzipped) == [
-        "skipped 'bob/02_sinusoidal/02_sinusoidal.ipynb' in the zip: not a plain relative path"
+    received = tmp_path / "received"
+    collection = _promptly(collect, archive, ASSIGNMENTS, received)
+    assert [(s.student, s.path, s.reason) for s in collection.submissions] == [
+        ("ada", received / "ada" / "02_sinusoidal" / "02_sinusoidal.ipynb", None),
+        ("bob", None, f"02_sinusoidal.ipynb {LINK}"),
     ]
-    collection = _promptly(collect, unzipped, ASSIGNMENTS, tmp_path / "received")
-    assert [(s.student, s.path) for s in collection.submissions] == [
-        ("ada", tmp_path / "received" / "ada" / "02_sinusoidal" / "02_sinusoidal.ipynb")
-    ]
+    assert _received_files(received) == {"ada/02_sinusoidal/02_sinusoidal.ipynb": NOTEBOOK}
 
 
 # ----------------------------------------------------------------------------------- bounds of the walk

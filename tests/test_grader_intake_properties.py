@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from planted import ROOT
 
 from autograder.intake.sanitize import prepare
-from autograder.intake.submissions import collect, extract_notebooks
+from autograder.intake.submissions import collect
 
 ASSIGNMENT = "01_permutation"
 RELEASED = nbformat.read(ROOT / "notebooks" / f"{ASSIGNMENT}.ipynb", as_version=4)
@@ -59,21 +59,18 @@ def _zip(members) -> bytes:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(MEMBERS)
-def test_a_generated_zip_is_extracted_inside_its_folder_as_plain_notebooks(members):
+def test_a_generated_zip_is_copied_inside_received_as_plain_files_of_its_members(members):
     with tempfile.TemporaryDirectory() as name:
         work = Path(name)
         archive = work / "class.zip"
         archive.write_bytes(_zip(members))
-        destination = work / "unzipped"
-        destination.mkdir()
-        extract_notebooks(archive, destination)
-        outside = {path for path in work.rglob("*")} - {archive, destination} - set(destination.rglob("*"))
-        assert outside == set()
-        for path in destination.rglob("*"):
-            assert not path.is_symlink()
-            assert path.is_dir() or (path.is_file() and path.name.endswith(".ipynb"))
         received = work / "received"
-        collection = collect(destination, (ASSIGNMENT, "02_sinusoidal"), received)
+        collection = collect(archive, (ASSIGNMENT, "02_sinusoidal"), received)
+        outside = {path for path in work.rglob("*")} - {archive, received} - set(received.rglob("*"))
+        assert outside == set()
+        for path in received.rglob("*"):
+            assert not path.is_symlink()
+            assert path.is_dir() or (path.is_file() and path.name.endswith((".ipynb", ".txt")))
         member_bytes = {}
         with zipfile.ZipFile(archive) as bundle:
             for info in bundle.infolist():

@@ -5,7 +5,9 @@ written by students. Each place they reach has its own rule:
 
 - a CSV cell (``items.csv``, ``grades.csv``) that a spreadsheet would read as a formula, one that starts
   with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, gets a leading ``'``, as OWASP's advice on
-  CSV injection says; numbers that the grader computed are written as they are;
+  CSV injection says, and shows every character a terminal would act on as an escape, like a line of
+  ``report.txt`` (only a newline and a tab stay, quoted by the ``csv`` module); numbers that the grader
+  computed are written as they are;
 - a line of ``report.txt`` shows every character that could end the line, move the cursor, reorder the text
   or fail to encode as UTF-8 as a visible escape (``\\n``, ``\\x1b``, ``\\u2028``, ``\\ud800``): one value
   stays on one line;
@@ -40,6 +42,11 @@ _INVISIBLE = re.compile(
     r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# What a CSV cell shows as an escape: the same as a report line, but newlines and tabs, which the csv module
+# quotes and a terminal shows as layout only.
+_CSV_INVISIBLE = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -63,17 +70,21 @@ def report_text(value: object) -> str:
 
 
 def csv_cell(value: object) -> str:
-    """``value`` as a CSV cell that no spreadsheet runs as a formula.
+    """``value`` as a CSV cell that no spreadsheet runs as a formula and no terminal acts on.
 
     Text that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``
-    (OWASP, CSV injection); lone surrogates become visible escapes, so the file encodes as UTF-8. An
-    ``int`` or ``float`` is a number the grader computed and is written as ``str`` gives it (``-1.0``
-    stays a number); the ``csv`` module quotes commas, quotes and newlines.
+    (OWASP, CSV injection); control, bidirectional and separator characters other than a newline and a tab,
+    and lone surrogates, become visible escapes as in :func:`report_text` (``\\x1b``, ``\\r``), so that
+    ``cat items.csv`` runs no escape sequence and the file encodes as UTF-8. An ``int`` or ``float`` is a
+    number the grader computed and is written as ``str`` gives it (``-1.0`` stays a number); the ``csv``
+    module quotes commas, quotes and newlines.
     """
     if isinstance(value, int | float):
         return str(value)
-    text = _SURROGATE.sub(_visible, str(value))
-    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+    text = str(value)
+    formula = text.startswith(FORMULA_PREFIXES)
+    text = _CSV_INVISIBLE.sub(_visible, text)
+    return "'" + text if formula else text
 
 
 def csv_row(values: Iterable[object]) -> list[str]:

@@ -8,11 +8,13 @@ notebook, ``/proc/kmsg``), a named pipe or a device whose read never ends.
 So nothing here opens a path below the class's folder. The folder is opened once (:meth:`Folder.open`: the
 instructor named it), and every folder below it is opened relative to its parent's descriptor with
 ``O_NOFOLLOW | O_DIRECTORY`` (:meth:`Folder.child`), every file relative to its folder's descriptor with
-``O_NOFOLLOW | O_NONBLOCK`` (:meth:`Folder.read`). What is checked is the opened descriptor (``fstat``): only a
-regular file is read; a link, a named pipe, a socket, a device or a folder is refused with a reason
-(:class:`Refused`, e.g. ``x.ipynb is a symbolic link; links are not followed``). A file's size is checked
-before its first byte is read, and at most ``cap + 1`` bytes are read, so a file that grows while it is read
-is refused too.
+``O_NOFOLLOW | O_NONBLOCK`` (:meth:`Folder.read`, :meth:`Folder.copy`). What is checked is the opened
+descriptor (``fstat``): only a regular file is read; a symbolic link, a named pipe, a socket, a device or a
+folder is refused with a reason (:class:`Refused`, e.g. ``x.ipynb is a symbolic link; links are not
+followed``). The intake's copy of a class's file (:meth:`Folder.copy`) also refuses a hard link (a file with a
+second name: another student's notebook, the released sources) and a file on another file system; a folder on
+another file system than the tree's root (a mount point) is not entered. A file's size is checked before its first byte is read, and at
+most ``cap + 1`` bytes are read, so a file that grows while it is read is refused too.
 
 A listing (:func:`walk`) never follows a link either, and it is bounded: at most
 :data:`MAX_ENTRIES_PER_FOLDER` names per folder, :data:`MAX_DEPTH` folders deep and
@@ -27,7 +29,10 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from autograder.intake.received import Budget
 
 MAX_ENTRIES_PER_FOLDER = 10_000
 MAX_DEPTH = 16  # folders below the tree's root
@@ -36,6 +41,8 @@ _READ_CHUNK = 1024**2
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _FOLDER_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _ONLY_FILES = "only regular files are read"
+HARD_LINK = "files with more than one name are not read, like symbolic links"
+MOUNT_POINT = "is a mount point (another file system); mount points in a class's folder are not entered"
 _WHAT_IT_IS = (
     (stat.S_ISLNK, "is a symbolic link; links are not followed"),
     (stat.S_ISFIFO, f"is a named pipe (FIFO); {_ONLY_FILES}"),
@@ -70,6 +77,25 @@ def _not_a_regular_file(mode: int) -> str | None:
     return next((why for test, why in _WHAT_IT_IS if test(mode)), f"is not a regular file; {_ONLY_FILES}")
 
 
+def _not_read(status: os.stat_result, cap: int) -> str | None:
+    """Why the open file of ``status`` is not read (not a regular file, larger than ``cap`` bytes), or None."""
+    if why := _not_a_regular_file(status.st_mode):
+        return why
+    if status.st_size > cap:
+        return f"is {status.st_size} bytes; files larger than {cap} bytes are not read"
+    return None
+
+
+def _not_copied(status: os.stat_result, cap: int, device: int) -> str | None:
+    """Why the open file of ``status`` in a class's folder on ``device`` is not copied: as :func:`_not_read`,
+    and a file with a second name (a hard link) or on another file system; or None."""
+    if why := _not_read(status, cap):
+        return why
+    if status.st_nlink > 1:
+        return f"has {status.st_nlink} hard links; {HARD_LINK}"
+    return MOUNT_POINT if status.st_dev != device else None
+
+
 def _could_not(action: str, error: OSError) -> str:
     return f"could not be {action} ({error.strerror or type(error).__name__})"
 
@@ -98,11 +124,13 @@ class Walk:
 class Folder:
     """An open folder of a student's tree; every file or folder in it is opened relative to it.
 
-    Use as a context manager: the descriptor is closed on exit.
+    Use as a context manager: the descriptor is closed on exit. ``device`` is the file system of the tree's
+    root: a folder or file on another one is not entered (:meth:`child`) or copied (:meth:`copy`).
     """
 
-    def __init__(self, descriptor: int) -> None:
+    def __init__(self, descriptor: int, device: int | None = None) -> None:
         self.descriptor = descriptor
+        self.device = os.fstat(descriptor).st_dev if device is None else device
 
     @classmethod
     def open(cls, path: Path) -> Folder:
@@ -125,18 +153,35 @@ class Folder:
         except OSError as error:
             raise Refused(name, _could_not("found", error)) from error
 
-    def child(self, name: str) -> Folder:
-        """The folder ``name`` in this one, never through a link.
+    def child(self, name: str, *, new_root: bool = False) -> Folder:
+        """The folder ``name`` in this one, never through a link, nor on another file system unless
+        ``new_root`` (the folder is then the root of a tree of its own: the one folder the instructor's class
+        folder holds).
 
         Raises:
-            Refused: ``name`` is a link, not a folder, or cannot be opened.
+            Refused: ``name`` is a link, not a folder, a mount point, or cannot be opened.
         """
         mode = self._lstat(name).st_mode
         if not stat.S_ISDIR(mode):
             raise Refused(name, _not_a_regular_file(mode) if stat.S_ISLNK(mode) else "is not a folder")
         try:
-            return Folder(os.open(name, _FOLDER_FLAGS, dir_fd=self.descriptor))
+            descriptor = os.open(name, _FOLDER_FLAGS, dir_fd=self.descriptor)
         except OSError as error:  # replaced by a link or a file since the lstat
+            why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
+            raise Refused(name, why) from error
+        if new_root:
+            return Folder(descriptor)
+        if os.fstat(descriptor).st_dev != self.device:
+            os.close(descriptor)
+            raise Refused(name, MOUNT_POINT)
+        return Folder(descriptor, self.device)
+
+    def _open_file(self, name: str) -> int:
+        if why := _not_a_regular_file(self._lstat(name).st_mode):  # a pipe or a device is never even opened
+            raise Refused(name, why)
+        try:
+            return os.open(name, _FILE_FLAGS, dir_fd=self.descriptor)
+        except OSError as error:  # replaced since the lstat: ELOOP is O_NOFOLLOW meeting a link
             why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
             raise Refused(name, why) from error
 
@@ -147,15 +192,37 @@ class Folder:
             Refused: ``name`` is not a regular file (a link, a pipe, a device, a folder), is larger than
                 ``cap`` bytes (or grows beyond it while read), or cannot be opened.
         """
-        if why := _not_a_regular_file(self._lstat(name).st_mode):  # a pipe or a device is never even opened
-            raise Refused(name, why)
-        try:
-            descriptor = os.open(name, _FILE_FLAGS, dir_fd=self.descriptor)
-        except OSError as error:  # replaced since the lstat: ELOOP is O_NOFOLLOW meeting a link
-            why = _WHAT_IT_IS[0][1] if error.errno == errno.ELOOP else _could_not("opened", error)
-            raise Refused(name, why) from error
+        descriptor = self._open_file(name)
         try:
             return _read_open_file(descriptor, name, cap)
+        finally:
+            os.close(descriptor)
+
+    def copy(self, name: str, cap: int, target: Path, budget: Budget) -> int:
+        """Copy the regular file ``name`` of this folder, at most ``cap`` bytes, into the new file ``target``, a
+        chunk at a time, its size counted in ``budget`` first; return its size.
+
+        Raises:
+            Refused: as :meth:`read`, and also when the file has more than one link (a hard link), lies on
+                another file system than the tree's root, passes the budget, grows while it is copied or cannot be written (``target`` is then
+                deleted).
+        """
+        from autograder.intake.received import write_chunks  # it builds on Refused, defined here
+
+        descriptor = self._open_file(name)
+        try:
+            status = os.fstat(descriptor)
+            if why := _not_copied(status, cap, self.device):
+                raise Refused(name, why)
+            budget.take(name, status.st_size)
+            try:
+                return write_chunks(
+                    lambda size: os.read(descriptor, size), name, status.st_size, target,
+                    f"grew beyond {status.st_size} bytes while it was copied; it was not copied",
+                )
+            except Refused:
+                budget.give_back(status.st_size)
+                raise
         finally:
             os.close(descriptor)
 
@@ -184,11 +251,8 @@ def _kind(item: os.DirEntry) -> str:
 
 
 def _read_open_file(descriptor: int, name: str, cap: int) -> bytes:
-    status = os.fstat(descriptor)
-    if why := _not_a_regular_file(status.st_mode):
+    if why := _not_read(os.fstat(descriptor), cap):
         raise Refused(name, why)
-    if status.st_size > cap:
-        raise Refused(name, f"is {status.st_size} bytes; files larger than {cap} bytes are not read")
     chunks, total = [], 0
     while total <= cap:
         chunk = os.read(descriptor, min(_READ_CHUNK, cap + 1 - total))

@@ -5,15 +5,19 @@ notebook is reported and never matched to a student by the tail of its path. The
 zip's top level), or the one folder it holds when that folder is not itself a student's (a zip of nbgrader's
 ``submitted/`` works as well as a zip of its content). Only notebooks are read, and the two small files
 nbgrader's collect leaves next to them, never other files a student put there (a ``.py`` file could otherwise
-shadow a module the tests import). A zip is read member by
-member: absolute paths, ``..``, links, and archives beyond the size limits are refused, nothing but
-notebooks and folders are extracted, and a member that cannot be written (a name too long, a file where a
-folder is, a folder where a file is) is skipped with a warning.
+shadow a module the tests import).
 
 A folder's tree is read by :mod:`autograder.intake.safe_files` and never followed: the notebooks that get
-graded are the grader's copies (``collect(..., received=...)``), made from regular files only, so a link to
-the released sources or to another student's notebook, a named pipe or a device is refused with its reason
-and nothing after the intake reads a student's file again.
+graded are the grader's copies (``collect(..., received=...)``), made from regular files with one link only,
+never from a mount point inside the class's folder, so a symbolic or hard link to the released sources or to
+another student's notebook, a named pipe or a device is refused with its reason and nothing after the intake
+reads a student's file again. A zip is never extracted: its names make the same tree
+(:mod:`autograder.intake.zip_tree`), and each chosen member is copied once, straight into ``received``.
+
+The copies are bounded in all (:class:`autograder.intake.received.Budget`: the class's cap, checked with the
+free space of ``received`` before each file is copied). A submission that cannot be received (a file refused,
+past the cap, a disk full, a zip member that is encrypted, compressed by an unknown method or corrupt) gets no
+path and its reason, which grades it 0 with that reason; the other submissions are received all the same.
 
 Names are shown as text that can always be written (:func:`shown`): a file name that is not UTF-8 keeps its
 bytes as ``\\xNN`` escapes.
@@ -22,29 +26,31 @@ bytes as ``\\xNN`` escapes.
 from __future__ import annotations
 
 import re
-import stat
-import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from autograder.course_directory import EXCHANGE_FILES, MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.safe_files import Folder, Refused, shown, walk
+from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES, Budget
+from autograder.intake.safe_files import Entry, Folder, Refused, shown, walk
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
+from autograder.intake.zip_tree import MAX_ZIP_MEMBERS, ZipTree
 
-MAX_ZIP_MEMBERS = 20_000
-MAX_ZIP_BYTES = 2 * 1024**3  # uncompressed notebooks, in total
+__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Submission", "class_root", "collect"]
+
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
 _SKIPPED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
-MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
 class Submission:
     """One student's notebook for one assignment, as the grader's copy.
 
-    ``path`` is None when the folder holds no notebook, or when its notebook was refused (``reason`` says why:
-    a link, a pipe, a file too large). ``folder`` holds the copies of the exchange files nbgrader's collect
-    left next to the notebook (``timestamp.txt``).
+    ``path`` is None when the folder holds no notebook, or when its notebook was not received (``reason`` says
+    why: a link, a pipe, a file too large, the class's cap, a disk full, a zip member that cannot be read).
+    ``folder`` holds the copies of the exchange files nbgrader's collect left next to the notebook
+    (``timestamp.txt``).
     """
 
     student: str
@@ -61,50 +67,6 @@ class Collection:
     warnings: list[str] = field(default_factory=list)
 
 
-def extract_notebooks(archive: Path, destination: Path) -> list[str]:
-    """Extract the ``.ipynb`` members of a zip into ``destination``; return warnings about skipped members.
-
-    Raises:
-        ValueError: the file is not a zip, or it holds more members or more bytes than allowed.
-    """
-    if not zipfile.is_zipfile(archive):
-        raise ValueError(f"{archive} is not a zip file")
-    warnings = []
-    with zipfile.ZipFile(archive) as bundle:
-        members = bundle.infolist()
-        if len(members) > MAX_ZIP_MEMBERS:
-            raise ValueError(f"{archive} holds {len(members)} files; at most {MAX_ZIP_MEMBERS} are read")
-        notebooks = [member for member in members if member.filename.endswith(".ipynb")]
-        # A zip member cannot expand beyond its declared size: zipfile stops reading there.
-        if sum(member.file_size for member in notebooks) > MAX_ZIP_BYTES:
-            raise ValueError(f"the notebooks in {archive} exceed {MAX_ZIP_BYTES} bytes uncompressed")
-        folders = [member for member in members if member.is_dir()]
-        for member in folders + notebooks:
-            name = PurePosixPath(member.filename.replace("\\", "/"))
-            is_link = stat.S_ISLNK(member.external_attr >> 16)
-            if name.is_absolute() or ".." in name.parts or is_link:
-                warnings.append(f"skipped {member.filename!r} in the zip: not a plain relative path")
-                continue
-            if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in name.parts):
-                warnings.append(f"skipped {member.filename[:300]!r} in the zip: a name longer than {MAX_NAME_BYTES} bytes")
-                continue
-            try:
-                _extract(bundle, member, destination.joinpath(*name.parts))
-            except (OSError, ValueError, zipfile.BadZipFile) as error:
-                reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-                warnings.append(f"skipped {member.filename!r} in the zip: it could not be extracted ({reason})")
-    return warnings
-
-
-def _extract(bundle: zipfile.ZipFile, member: zipfile.ZipInfo, target: Path) -> None:
-    if member.is_dir():  # an empty assignment folder still counts: its submission is missing
-        target.mkdir(parents=True, exist_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with bundle.open(member) as source, open(target, "xb") as sink:
-        sink.write(source.read())
-
-
 def _skipped(name: str) -> bool:
     return name in _SKIPPED_PARTS or name.startswith(".")
 
@@ -114,7 +76,7 @@ def _inner_folder(top: Folder, assignments: tuple[str, ...]) -> str | None:
     names = [(name, kind) for name, kind in top.entries()[0] if not _skipped(name)]
     if len(names) != 1 or names[0][1] != "folder":
         return None
-    with top.child(names[0][0]) as inner:
+    with top.child(names[0][0], new_root=True) as inner:
         # a link named after an assignment is still an assignment folder: it is refused later, with a warning
         if any(name in assignments and kind in ("folder", "link") for name, kind in inner.entries()[0]):
             return None
@@ -156,39 +118,94 @@ def _empty_folder(received: Path) -> None:
         raise ValueError(f"received {str(received)!r} must be an empty folder; it holds files already")
 
 
-def collect(root: Path, assignments: tuple[str, ...], received: Path) -> Collection:
-    """Every ``<student>/<assignment>/`` folder right under the class's root (:func:`class_root`) whose
-    assignment is one of ``assignments``, copied into ``received``; every notebook elsewhere is reported.
+def _zip_root(entries: list[Entry], assignments: tuple[str, ...]) -> tuple[str, ...]:
+    """The parts of a zip's class root: ``()``, or the one folder its top holds when that folder is not a
+    student's (the same rule as :func:`_inner_folder`)."""
+    top = [entry for entry in entries if len(entry.parts) == 1]
+    if len(top) != 1 or top[0].kind != "folder":
+        return ()
+    inner = top[0].parts
+    # a link named after an assignment is still an assignment folder: it is refused later, with a warning
+    if any(
+        len(entry.parts) == 2 and entry.parts[0] == inner[0] and entry.name in assignments
+        and entry.kind in ("folder", "link")
+        for entry in entries
+    ):
+        return ()
+    return inner
+
+
+def collect(
+    root: Path, assignments: tuple[str, ...], received: Path, max_bytes: int = DEFAULT_MAX_CLASS_BYTES
+) -> Collection:
+    """Every ``<student>/<assignment>/`` folder right under the class's root (:func:`class_root`) of the folder
+    or zip ``root`` whose assignment is one of ``assignments``, copied into ``received``; every notebook
+    elsewhere is reported.
 
     ``received`` is a folder the grader owns (created if missing). Each chosen notebook is copied into
     ``received/<student>/<assignment>/``, with the exchange files nbgrader's collect leaves next to it, read
-    without following anything (:mod:`autograder.intake.safe_files`): a submission's ``path`` and ``folder`` are
-    the copies. A notebook that is not a regular file of at most ``MAX_NOTEBOOK_BYTES`` bytes is not copied: its
-    submission has no path, and its ``reason`` (also a note) says why. A student or assignment folder that is a
-    link is not read, with a warning.
+    without following anything (:mod:`autograder.intake.safe_files`) or straight from the zip's member
+    (:mod:`autograder.intake.zip_tree`): a submission's ``path`` and ``folder`` are the copies. At most
+    ``max_bytes`` are copied in all, and never more than the free space of ``received`` allows
+    (:class:`autograder.intake.received.Budget`). A notebook that is not a regular file of at most
+    ``MAX_NOTEBOOK_BYTES`` bytes, or that cannot be copied, is not received: its submission has no path, and
+    its ``reason`` (also a note) says why. A student or assignment folder that is a link or a mount point is
+    not read, with a warning.
 
     Raises:
-        ValueError: ``received`` holds files already.
-        OSError: ``root`` is no folder that can be opened.
+        ValueError: ``received`` holds files already; ``max_bytes`` is not a positive number; ``root`` is a
+            file that is not a zip, or a zip of more than :data:`MAX_ZIP_MEMBERS` members.
+        OSError: ``root`` is no folder or file that can be opened.
     """
     _empty_folder(received)
+    budget = Budget(received, max_bytes)
     collection = Collection()
-    with Folder.open(root) as top:
-        inner = _inner_folder(top, assignments)
-        if inner is None:
-            _collect_tree(top, assignments, received, collection)
-        else:
-            with top.child(inner) as tree:
-                _collect_tree(tree, assignments, received, collection)
+    if Path(root).is_file():
+        with ZipTree.open(root, _skipped) as tree:
+            collection.warnings += tree.warnings
+            prefix = _zip_root(tree.entries, assignments)
+            entries = [
+                Entry(entry.parts[len(prefix) :], entry.kind)
+                for entry in tree.entries
+                if entry.parts[: len(prefix)] == prefix and len(entry.parts) > len(prefix)
+            ]
+
+            @contextmanager
+            def open_zip_folder(student: str, assignment: str) -> Iterator:
+                yield tree.folder((*prefix, student, assignment))
+
+            _collect_entries(entries, open_zip_folder, assignments, received, budget, collection)
+    else:
+        with Folder.open(root) as top:
+            inner = _inner_folder(top, assignments)
+            if inner is None:
+                _collect_tree(top, assignments, received, budget, collection)
+            else:
+                with top.child(inner, new_root=True) as tree:
+                    _collect_tree(tree, assignments, received, budget, collection)
     collection.submissions.sort(key=lambda submission: (submission.assignment, submission.student))
     return collection
 
 
-def _collect_tree(tree: Folder, assignments: tuple[str, ...], received: Path, collection: Collection) -> None:
+def _collect_tree(tree: Folder, assignments: tuple[str, ...], received: Path, budget: Budget, collection: Collection) -> None:
     found = walk(tree, _skipped)
     collection.warnings += found.warnings
+
+    @contextmanager
+    def open_folder(student: str, assignment: str) -> Iterator[Folder]:
+        with tree.child(student) as student_folder, student_folder.child(assignment) as folder:
+            yield folder
+
+    _collect_entries(found.entries, open_folder, assignments, received, budget, collection)
+
+
+def _collect_entries(
+    entries: list[Entry], open_folder: Callable, assignments, received: Path, budget: Budget, collection: Collection
+) -> None:
+    """The submissions of a tree's ``entries``; ``open_folder(student, assignment)`` opens an assignment's
+    folder (a context manager of an object whose ``copy(name, cap, target, budget)`` copies a file of it)."""
     contents: dict[tuple[str, ...], list[str]] = {}
-    for entry in found.entries:
+    for entry in entries:
         relative = shown("/".join(entry.parts))
         if entry.name.endswith(".ipynb") and len(entry.parts) != 3:
             collection.warnings.append(
@@ -198,13 +215,15 @@ def _collect_tree(tree: Folder, assignments: tuple[str, ...], received: Path, co
             what = "a student's" if len(entry.parts) == 1 else "an assignment"
             collection.warnings.append(f"{relative}: not read: {what} folder that is a symbolic link; links are not followed")
         contents.setdefault(entry.parts[:-1], []).append(entry.name)
-    for entry in found.entries:
+    for entry in entries:
         if len(entry.parts) == 2 and entry.kind == "folder":
-            _collect_folder(tree, entry.parts, contents.get(entry.parts, []), assignments, received, collection)
+            names = sorted(contents.get(entry.parts, []))
+            _collect_folder(open_folder, entry.parts, names, assignments, received, budget, collection)
 
 
 def _collect_folder(
-    tree: Folder, parts: tuple[str, ...], names: list[str], assignments, received: Path, collection: Collection
+    open_folder: Callable, parts: tuple[str, ...], names: list[str], assignments, received: Path, budget: Budget,
+    collection: Collection,
 ) -> None:
     relative = shown("/".join(parts))
     student, assignment = parts
@@ -217,39 +236,39 @@ def _collect_folder(
     if not STUDENT_ID.fullmatch(student):
         collection.warnings.append(f"{relative}: {shown(student)!r} is not a valid student id (letters, digits, _.@+-)")
         return
+    destination = received / student / assignment
     try:
-        with tree.child(student) as student_folder, student_folder.child(assignment) as folder:
-            submission = _receive(folder, student, assignment, names, received / student / assignment)
-    except Refused as error:  # replaced by a link since the walk
+        with open_folder(student, assignment) as folder:
+            submission = _receive(folder, student, assignment, names, destination, budget)
+    except Refused as error:  # a mount point, or replaced by a link since the walk
         collection.warnings.append(f"{relative}: not read: {error}")
         return
+    except OSError as error:  # the grader's own folder could not be made (a disk full): 0, with the reason
+        reason = f"the submission could not be received ({error.strerror or type(error).__name__})"
+        submission = Submission(student, assignment, None, (f"not graded: {reason}",), None, reason)
     collection.submissions.append(submission)
 
 
-def _receive(folder: Folder, student: str, assignment: str, names: list[str], destination: Path) -> Submission:
+def _receive(
+    folder, student: str, assignment: str, names: list[str], destination: Path, budget: Budget
+) -> Submission:
     """The submission of one assignment folder, its notebook and exchange files copied into ``destination``."""
     destination.mkdir(parents=True)
     chosen, notes = _choose_notebook(names, assignment)
     path = reason = None
     if chosen is not None:
         try:
-            content = folder.read(chosen, MAX_NOTEBOOK_BYTES)
+            folder.copy(chosen, MAX_NOTEBOOK_BYTES, destination / chosen, budget)
         except Refused as error:
             reason = str(error)
             notes = (f"not graded: {reason}", *notes)
         else:
             path = destination / chosen
-            _write_new(path, content)
     for name in EXCHANGE_FILES:
         if name not in names:
             continue
         try:
-            _write_new(destination / name, folder.read(name, MAX_EXCHANGE_FILE_BYTES))
+            folder.copy(name, MAX_EXCHANGE_FILE_BYTES, destination / name, budget)
         except Refused as error:
             notes = (*notes, f"{name} next to the notebook was not used: it {error.why}")
     return Submission(student, assignment, path, notes, destination, reason)
-
-
-def _write_new(path: Path, content: bytes) -> None:
-    with open(path, "xb") as sink:
-        sink.write(content)

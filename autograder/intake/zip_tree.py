@@ -1,0 +1,176 @@
+"""A class's zip read as a tree of names, never extracted: each file that gets graded is copied once, straight
+from its member into the grader's ``received/`` folder, a chunk at a time.
+
+The members' names make the same entries as a folder's walk (:class:`autograder.intake.safe_files.Entry`), so
+that :mod:`autograder.intake.submissions` finds the submissions of a zip by the same rules as those of a
+folder. A name that is absolute, holds ``..`` or a part longer than :data:`MAX_NAME_BYTES` bytes is left out
+with a warning; a member marked as a symbolic link is listed as a link (never read); a name used twice, or as
+a file and a folder, is refused when it is read.
+
+A member is read (:meth:`ZipTree.copy`) only after what its header declares passes: not encrypted, compressed
+by a method Python reads (:data:`READABLE_METHODS`), a declared size of at most the cap, counted in the
+class's :class:`autograder.intake.received.Budget`. It is then copied at most its declared size (zipfile stops
+there and checks the CRC), and refused if it holds another number of bytes than it declares. Whatever a member
+raises while it is read (``RuntimeError``, ``NotImplementedError``, ``zipfile.BadZipFile``, ``zlib.error``,
+``EOFError``...) refuses that member with the reason, and the copy is deleted: the student gets 0 with that
+reason, and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import lzma
+import stat
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from autograder.intake.received import Budget, write_chunks
+from autograder.intake.safe_files import Entry, Refused, shown
+
+MAX_ZIP_MEMBERS = 20_000
+MAX_NAME_BYTES = 255
+READABLE_METHODS = {
+    zipfile.ZIP_STORED: "stored",
+    zipfile.ZIP_DEFLATED: "deflate",
+    zipfile.ZIP_BZIP2: "bzip2",
+    zipfile.ZIP_LZMA: "lzma",
+}
+MEMBER_ERRORS = (
+    RuntimeError, NotImplementedError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, ValueError,
+)  # fmt: skip
+
+
+@dataclass
+class ZipTree:
+    """The names of an open zip as entries of a tree, and its members by their parts."""
+
+    bundle: zipfile.ZipFile
+    entries: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    files: dict[tuple[str, ...], list[zipfile.ZipInfo]] = field(default_factory=dict)
+    folders: set[tuple[str, ...]] = field(default_factory=set)
+
+    @classmethod
+    @contextmanager
+    def open(cls, archive: Path, skipped) -> Iterator[ZipTree]:
+        """The tree of the zip ``archive``; names ``skipped`` says are left out with all below them.
+
+        Raises:
+            ValueError: ``archive`` is not a zip, its directory cannot be read, or it holds more than
+                :data:`MAX_ZIP_MEMBERS` members.
+        """
+        try:
+            bundle = zipfile.ZipFile(archive)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+            raise ValueError(f"{archive} is not a zip file that can be read ({type(error).__name__}: {error})") from error
+        with bundle:
+            members = bundle.infolist()
+            if len(members) > MAX_ZIP_MEMBERS:
+                raise ValueError(f"{archive} holds {len(members)} files; at most {MAX_ZIP_MEMBERS} are read")
+            tree = cls(bundle)
+            for member in members:
+                tree._add(member, skipped)
+            tree._list()
+            yield tree
+
+    def _add(self, member: zipfile.ZipInfo, skipped) -> None:
+        name = PurePosixPath(member.filename.replace("\\", "/"))
+        if name.is_absolute() or ".." in name.parts or not name.parts:
+            self.warnings.append(f"skipped {shown(member.filename[:300])!r} in the zip: not a plain relative path")
+            return
+        if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in name.parts):
+            self.warnings.append(
+                f"skipped {shown(member.filename[:300])!r} in the zip: a name longer than {MAX_NAME_BYTES} bytes"
+            )
+            return
+        if any(skipped(part) for part in name.parts):
+            return
+        parts = name.parts
+        self.folders.update(parts[:end] for end in range(1, len(parts)))
+        if member.is_dir():
+            self.folders.add(parts)
+        else:
+            self.files.setdefault(parts, []).append(member)
+
+    def _list(self) -> None:
+        kinds = {parts: "folder" for parts in self.folders}
+        for parts, members in self.files.items():
+            if parts not in kinds:
+                kinds[parts] = _kind(members[0])
+        self.entries = [Entry(parts, kind) for parts, kind in sorted(kinds.items())]
+
+    def folder(self, parts: tuple[str, ...]) -> ZipFolder:
+        """The folder of ``parts`` in this zip, whose files :meth:`ZipFolder.copy` copies by name."""
+        return ZipFolder(self, parts)
+
+    def copy(self, parts: tuple[str, ...], cap: int, target: Path, budget: Budget) -> int:
+        """Copy the member ``parts``, at most ``cap`` bytes, into the new file ``target``; return its size.
+
+        Raises:
+            Refused: the member is a link, a name used twice, encrypted, compressed by another method than
+                :data:`READABLE_METHODS`, declared larger than ``cap``, past the budget, or it failed while it was
+                read (a corrupt header or stream, fewer or more bytes than it declares); ``target`` is deleted.
+        """
+        name = parts[-1]
+        member = self._member(parts, cap)
+        budget.take(name, member.file_size)
+        try:
+            with self.bundle.open(member) as source:
+                written = write_chunks(
+                    source.read, name, member.file_size, target,
+                    f"holds more than the {member.file_size} bytes it declares; it was not copied",
+                )
+            if written != member.file_size:
+                target.unlink()
+                raise Refused(name, f"holds {written} bytes but declares {member.file_size}; it was not copied")
+        except MEMBER_ERRORS as error:
+            budget.give_back(member.file_size)
+            target.unlink(missing_ok=True)
+            raise Refused(name, f"could not be read from the zip ({type(error).__name__}: {error})") from error
+        except Refused:
+            budget.give_back(member.file_size)
+            raise
+        return written
+
+    def _member(self, parts: tuple[str, ...], cap: int) -> zipfile.ZipInfo:
+        name = parts[-1]
+        members = self.files.get(parts, [])
+        if parts in self.folders or len(members) != 1:
+            raise Refused(name, "is a name used more than once in the zip (twice, or as a file and a folder); not read")
+        [member] = members
+        if (why := _kind(member)) != "file":
+            raise Refused(name, "is a symbolic link; links are not followed" if why == "link" else "is not a regular file; only regular files are read")
+        if member.flag_bits & 0x1:
+            raise Refused(name, "is encrypted in the zip; encrypted files are not read")
+        if member.compress_type not in READABLE_METHODS:
+            raise Refused(
+                name,
+                f"is compressed by method {member.compress_type} in the zip (Deflate64 is 9); only "
+                f"{', '.join(READABLE_METHODS.values())} are read",
+            )
+        if member.file_size > cap:
+            raise Refused(name, f"declares {member.file_size} bytes in the zip; files larger than {cap} bytes are not read")
+        return member
+
+
+@dataclass(frozen=True)
+class ZipFolder:
+    """A folder of a :class:`ZipTree`, as :class:`autograder.intake.safe_files.Folder` copies by name."""
+
+    tree: ZipTree
+    parts: tuple[str, ...]
+
+    def copy(self, name: str, cap: int, target: Path, budget: Budget) -> int:
+        """:meth:`ZipTree.copy` of the member ``name`` of this folder."""
+        return self.tree.copy((*self.parts, name), cap, target, budget)
+
+
+def _kind(member: zipfile.ZipInfo) -> str:
+    """What a file member says it is: ``"link"``, ``"file"`` (regular, or no Unix type at all) or ``"other"``."""
+    mode = member.external_attr >> 16
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "file" if stat.S_IFMT(mode) in (0, stat.S_IFREG) else "other"

@@ -1,0 +1,265 @@
+"""A class's zip is read member by member, never extracted whole (autograder.intake.zip_tree, collect).
+
+Each member is refused by what it declares before a byte is read (encrypted, Deflate64, larger than the
+notebook's cap), copied a chunk at a time at most its declared size, and refused when it holds another size
+or fails while it is read (a corrupt header or stream): that student gets no copy and the reason, and every
+other student of the zip is received. The members are patched by hand, as a hostile zip would be written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import subprocess
+import sys
+import tracemalloc
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+from planted import ROOT, command_environment, sandbox_missing
+
+from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
+from autograder.intake.submissions import collect
+
+ASSIGNMENTS = ("01_permutation", "02_sinusoidal")
+NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+HONEST = {"ada": NOTEBOOK, "cy": NOTEBOOK + b" "}
+# Offsets in a zip's local file header and central directory entry (APPNOTE.TXT 4.3.7, 4.3.12).
+LOCAL = {"flags": 6, "method": 8, "crc": 14, "compressed": 18, "size": 22}
+CENTRAL = {"flags": 8, "method": 10, "crc": 16, "compressed": 20, "size": 24}
+
+
+def _path(student: str) -> str:
+    return f"{student}/02_sinusoidal/02_sinusoidal.ipynb"
+
+
+def _zip(hostile: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED, honest: dict[str, bytes] = HONEST) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=method) as bundle:
+        for student, content in {**honest, **hostile}.items():
+            bundle.writestr(_path(student), content)
+    return buffer.getvalue()
+
+
+def _patch(data: bytes, student: str, local: dict[str, int] | None = None, central: dict[str, int] | None = None,
+           local_signature: bytes | None = None) -> bytes:
+    """``data`` with fields of ``student``'s member set: ``flags`` and ``method`` (2 bytes), ``crc``,
+    ``compressed`` and ``size`` (4 bytes), in its local header and its central directory entry."""
+    patched = bytearray(data)
+    name = _path(student).encode()
+    with zipfile.ZipFile(io.BytesIO(data)) as bundle:
+        offset = bundle.getinfo(_path(student)).header_offset
+    central_offset = next(
+        index for index in _all(data, b"PK\x01\x02") if data[index + 46 : index + 46 + len(name)] == name
+    )
+    for fields, base in ((local or {}, offset), (central or {}, central_offset)):
+        table = LOCAL if base == offset else CENTRAL
+        for field, value in fields.items():
+            width = 2 if field in ("flags", "method") else 4
+            patched[base + table[field] : base + table[field] + width] = value.to_bytes(width, "little")
+    if local_signature is not None:
+        patched[offset : offset + 4] = local_signature
+    return bytes(patched)
+
+
+def _all(data: bytes, needle: bytes):
+    start = data.find(needle)
+    while start != -1:
+        yield start
+        start = data.find(needle, start + 1)
+
+
+def _collect(tmp_path: Path, data: bytes):
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(data)
+    received = tmp_path / "received"
+    collection = collect(archive, ASSIGNMENTS, received)
+    return {submission.student: submission for submission in collection.submissions}, received
+
+
+def _assert_honest_received(found: dict, received: Path, refused: str) -> None:
+    for student, content in HONEST.items():
+        assert found[student].path.read_bytes() == content, student
+    assert found[refused].path is None
+    copies = {path.relative_to(received).as_posix() for path in received.rglob("*") if path.is_file()}
+    assert copies == {_path(student) for student in HONEST}  # nothing of the refused member, not even a part
+
+
+def test_an_encrypted_member_gives_its_student_0_and_the_others_are_received(tmp_path):
+    data = _patch(_zip({"eve": NOTEBOOK}), "eve", local={"flags": 1}, central={"flags": 1})
+    with zipfile.ZipFile(io.BytesIO(data)) as bundle:  # zipfile itself would stop the batch here
+        try:
+            bundle.read(_path("eve"))
+        except RuntimeError as error:
+            assert "encrypted" in str(error)
+        else:
+            raise AssertionError("zipfile read an encrypted member without a password")
+    found, received = _collect(tmp_path, data)
+    assert found["eve"].reason == "02_sinusoidal.ipynb is encrypted in the zip; encrypted files are not read"
+    _assert_honest_received(found, received, "eve")
+
+
+def test_a_deflate64_member_gives_its_student_0_and_the_others_are_received(tmp_path):
+    data = _patch(_zip({"dan": NOTEBOOK}), "dan", local={"method": 9}, central={"method": 9})
+    found, received = _collect(tmp_path, data)
+    assert found["dan"].reason == (
+        "02_sinusoidal.ipynb is compressed by method 9 in the zip (Deflate64 is 9); only stored, deflate, bzip2, "
+        "lzma are read"
+    )
+    _assert_honest_received(found, received, "dan")
+
+
+def test_a_corrupt_local_header_gives_its_student_0_with_the_reason(tmp_path):
+    data = _patch(_zip({"hal": NOTEBOOK}), "hal", local_signature=b"XX\x03\x04")
+    found, received = _collect(tmp_path, data)
+    assert found["hal"].reason == (
+        "02_sinusoidal.ipynb could not be read from the zip (BadZipFile: Bad magic number for file header)"
+    )
+    _assert_honest_received(found, received, "hal")
+
+
+def test_a_corrupt_deflate_stream_gives_its_student_0_with_the_reason(tmp_path):
+    data = bytearray(_zip({"zed": NOTEBOOK * 50}))
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as bundle:
+        info = bundle.getinfo(_path("zed"))
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start : start + 8] = b"\xff" * 8  # a reserved block type: zlib.error
+    found, received = _collect(tmp_path, bytes(data))
+    assert found["zed"].reason.startswith("02_sinusoidal.ipynb could not be read from the zip (error: Error -3")
+    _assert_honest_received(found, received, "zed")
+
+
+def test_a_cut_stream_gives_its_student_0_with_the_reason(tmp_path):
+    content = random.Random(35).randbytes(50_000)  # not compressible: half the stream is half the member
+    data = _zip({"kim": content})
+    with zipfile.ZipFile(io.BytesIO(data)) as bundle:
+        compressed = bundle.getinfo(_path("kim")).compress_size
+    data = _patch(data, "kim", central={"compressed": compressed // 2})  # the stream ends early
+    found, received = _collect(tmp_path, data)
+    assert found["kim"].reason == (  # zipfile reads what the stream holds, then checks the CRC of the whole member
+        f"02_sinusoidal.ipynb could not be read from the zip (BadZipFile: Bad CRC-32 for file '{_path('kim')}')"
+    )
+    _assert_honest_received(found, received, "kim")
+
+
+def test_a_member_that_holds_more_than_it_declares_is_refused(tmp_path):
+    data = _zip({"max": NOTEBOOK * 10}, method=zipfile.ZIP_STORED)
+    data = _patch(data, "max", local={"size": len(NOTEBOOK)}, central={"size": len(NOTEBOOK)})
+    found, received = _collect(tmp_path, data)
+    # zipfile stops at the declared size and checks the CRC of the whole member: what was read does not match
+    assert found["max"].reason == (
+        f"02_sinusoidal.ipynb could not be read from the zip (BadZipFile: Bad CRC-32 for file '{_path('max')}')"
+    )
+    _assert_honest_received(found, received, "max")
+
+
+def test_a_member_that_holds_fewer_bytes_than_it_declares_is_refused(tmp_path):
+    data = _zip({"min": NOTEBOOK}, method=zipfile.ZIP_STORED)
+    declared = len(NOTEBOOK) * 10
+    data = _patch(data, "min", local={"size": declared}, central={"size": declared})
+    found, received = _collect(tmp_path, data)
+    # zipfile reads the 65 bytes stored, whose CRC is right: the intake counts them against the declared size
+    assert found["min"].reason == f"02_sinusoidal.ipynb holds {len(NOTEBOOK)} bytes but declares {declared}; it was not copied"
+    _assert_honest_received(found, received, "min")
+
+
+def test_a_member_declared_beyond_the_cap_is_refused_before_a_byte_is_read(tmp_path):
+    big = MAX_NOTEBOOK_BYTES + 1
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        for student, content in HONEST.items():
+            bundle.writestr(_path(student), content)
+        with bundle.open(_path("bomb"), "w") as member:  # 50 MB of zeros: about 50 KB compressed
+            for _ in range(big // 1024**2):
+                member.write(bytes(1024**2))
+            member.write(bytes(big % 1024**2))
+    assert len(buffer.getvalue()) < 1024**2
+    tracemalloc.start()
+    try:
+        found, received = _collect(tmp_path, buffer.getvalue())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found["bomb"].reason == (
+        f"02_sinusoidal.ipynb declares {big} bytes in the zip; files larger than {MAX_NOTEBOOK_BYTES} bytes are not read"
+    )
+    assert peak < 8 * 1024**2
+    _assert_honest_received(found, received, "bomb")
+
+
+def test_a_large_member_under_the_cap_is_copied_a_chunk_at_a_time(tmp_path):
+    size = 45 * 1024**2  # the issue's notebooks: just under the cap
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as bundle, bundle.open(_path("ada"), "w") as member:
+        for _ in range(45):
+            member.write(b"x" * 1024**2)
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(buffer.getvalue())
+    del buffer
+    tracemalloc.start()
+    try:
+        collection = collect(archive, ASSIGNMENTS, tmp_path / "received")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    [submission] = collection.submissions
+    assert submission.path.stat().st_size == size
+    assert peak < 8 * 1024**2, f"{peak} bytes held at once while copying {size}"
+    # written once: only the zip and the one copy in received/
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file()) == [
+        "class.zip", f"received/{_path('ada')}"
+    ]
+
+
+def test_a_zip_member_crc_is_checked(tmp_path):
+    data = _zip({"rex": NOTEBOOK}, method=zipfile.ZIP_STORED)
+    crc = zlib.crc32(NOTEBOOK) ^ 1
+    data = _patch(data, "rex", local={"crc": crc}, central={"crc": crc})
+    found, received = _collect(tmp_path, data)
+    assert found["rex"].reason.endswith(f"(BadZipFile: Bad CRC-32 for file '{_path('rex')}')")
+    _assert_honest_received(found, received, "rex")
+
+
+def test_an_error_zipfile_raises_on_opening_a_member_gives_its_student_0(tmp_path):
+    # "Compressed patched data" (flag bit 5), which the intake does not look for: zipfile raises
+    # NotImplementedError when it opens the member, as it would for any method or feature it lacks.
+    data = _patch(_zip({"pat": NOTEBOOK}), "pat", local={"flags": 0x20}, central={"flags": 0x20})
+    found, received = _collect(tmp_path, data)
+    assert found["pat"].reason == (
+        "02_sinusoidal.ipynb could not be read from the zip (NotImplementedError: compressed patched data (flag bit 5))"
+    )
+    _assert_honest_received(found, received, "pat")
+
+
+@pytest.mark.slow
+def test_grade_of_a_hostile_zip_grades_every_student_and_says_why_each_was_refused(tmp_path):
+    """`python -m autograder grade class.zip --out DIR --max-class-mb 1`, as the instructors' guide writes it:
+    one student encrypted, one Deflate64, one past the class's cap; the batch completes and items.csv says why."""
+    if sandbox_missing() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_missing()}")
+    honest = {"ada": b"not JSON", "cy": b"not JSON either"}  # received, then refused in the stage: no kernel runs
+    data = _zip({"bob": b"b" * (1024**2 + 1), "dan": NOTEBOOK, "eve": NOTEBOOK}, honest=honest)
+    data = _patch(data, "dan", local={"method": 9}, central={"method": 9})
+    data = _patch(data, "eve", local={"flags": 1}, central={"flags": 1})
+    archive = tmp_path / "class.zip"
+    archive.write_bytes(data)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "autograder", "grade", str(archive), "--out", str(out), "--no-progress",
+               "--max-class-mb", "1"]
+    run = subprocess.run(
+        command, cwd=ROOT, env=command_environment(), capture_output=True, text=True, timeout=900, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    with open(out / "items.csv", newline="") as handle:
+        reasons = {row["student_id"]: row["message"] for row in csv.DictReader(handle)}
+    assert set(reasons) == {"ada", "bob", "cy", "dan", "eve"}
+    for student in ("ada", "cy"):
+        assert reasons[student].startswith("the file is not valid JSON"), reasons[student]
+    assert "class's files may take at most 1048576 bytes" in reasons["bob"]
+    assert "compressed by method 9" in reasons["dan"]
+    assert "is encrypted in the zip" in reasons["eve"]
+    with open(out / "grades.csv", newline="") as handle:
+        assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)} == dict.fromkeys(reasons, 0.0)
