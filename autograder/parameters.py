@@ -143,13 +143,13 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
                    + ", prefix k = {}".format(parameters["prefix"])),
     ),
     "02_sinusoidal": (
+        # The book works PE(0) and PE(1) for d = 4 and PE(2) for d = 6 out in full: no student draws them.
+        VariedItem("02_sinusoidal", "2.1", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11)}, _words("position p = {position}")),
+        VariedItem("02_sinusoidal", "2.2", {"position": (3, 4, 5, 6, 7, 8, 9, 10)}, _words("position p = {position}")),
         # Distances k whose farthest-moving pair is not pair 0, and beats the others by more than 0.05 (a test of
         # the course checks it)
-        VariedItem("02_sinusoidal", "2.1", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63)},
+        VariedItem("02_sinusoidal", "2.3", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63)},
                    _words("distance k = {distance}")),
-        # The book works PE(0) and PE(1) for d = 4 and PE(2) for d = 6 out in full: no student draws them.
-        VariedItem("02_sinusoidal", "2.2", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11)}, _words("position p = {position}")),
-        VariedItem("02_sinusoidal", "2.3", {"position": (3, 4, 5, 6, 7, 8, 9, 10)}, _words("position p = {position}")),
         # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
         # to whole positions is never a matter of the last decimal (a test of the course checks it).
         VariedItem("02_sinusoidal", "2.5", {"base": (10000, 1000, 3000, 40000, 100000, 500)}, _words("base = {base}")),

@@ -140,7 +140,7 @@ RIGHT = [
         "02_sinusoidal",
         "dot_answer",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
+        'pe_gap_d6_at_k = "2*(1 - cos(10*10^(-8/3))) + 2*(1 - cos(10)) + 4*sin(10*10^(-4/3)/2)^2"',
     ),
     ("03_learned", "learned_answer", "learned_test", None),
     ("03_learned", "learned_answer", "learned_test", PADDED_BY_LOOP),
@@ -285,32 +285,33 @@ WRONG = [
     ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "E"', "starts with PE(1)"),
     ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "F"', "in degrees pair 0 would turn by pi/180"),
     ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "G"', "must be one of"),
-    ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "3"', "the value at distance 0"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "cos(10) + cos(10/10000^(1/3)) + cos(10/10000^(2/3))"',
+     "that is the dot product"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3 - 2*(cos(10) + cos(10/10000^(1/3)) + cos(10/10000^(2/3)))"',
+     "there are two rows"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "6 - cos(10) - cos(10/10000^(1/3)) - cos(10/10000^(2/3))"',
+     "the factor 2 of the cross term"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3 - cos(10) - cos(10/10000^(1/3)) - cos(10/10000^(2/3))"',
+     "half the squared distance"),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "2*cos(10) + 2*cos(10/10000^(1/3)) + 2*cos(10/10000^(2/3))"',
-        "every pair is counted twice",
-    ),
-    (
-        "02_sinusoidal",
-        "dot_test",
-        'pe_dot_d6_at_k = "cos(10) + cos(10/10000^(2/3)) + cos(10/10000^(4/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10) - 2*cos(10/10000^(2/3)) - 2*cos(10/10000^(4/3))"',
         "the exponent is doubled",
     ),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10) + cos(10/10000^(1/6)) + cos(10/10000^(1/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10) - 2*cos(10/10000^(1/6)) - 2*cos(10/10000^(1/3))"',
         "the exponent runs over features",
     ),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10*pi/180) + cos(10*pi/180/10000^(1/3)) + cos(10*pi/180/10000^(2/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10*pi/180) - 2*cos(10*pi/180/10000^(1/3)) - 2*cos(10*pi/180/10000^(2/3))"',
         "treated as degrees",
     ),
-    ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "1.054895"', "numerically close"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3.890210"', "numerically close"),
     (
         "03_learned",
         "learned_test",
@@ -551,20 +552,20 @@ def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     # The evidence: per pair the largest |T[p+1] - M_1 T[p]|, then |T[0] - PE(0)|, measured here with the formula
     residual = [max(abs(math.sin((p + 1) * w) - math.sin(p * w + 10000 ** (-i / 4))) for p in range(31)
                     for w in [10000.0 ** (-i / 2)]) for i in range(4)]
-    assert constants["EVIDENCE"][0] < 1e-5 and constants["EVIDENCE"][4] == 0
-    assert constants["EVIDENCE"][1:4] == pytest.approx(residual[1:4], abs=2e-3)
+    assert constants["EXPECTED_EVIDENCE"][0] < 1e-5 and constants["EXPECTED_EVIDENCE"][4] == 0
+    assert constants["EXPECTED_EVIDENCE"][1:4] == pytest.approx(residual[1:4], abs=2e-3)
 
 
-def test_the_dot_product_at_distance_ten_is_the_expected_expression():
+def test_the_squared_distance_at_distance_ten_is_the_expected_expression():
     import sympy
 
     from posenc_ref.sinusoidal import sinusoidal_table
 
     table = sinusoidal_table(60, 6, dtype=torch.float64)
-    dots = (table[:-10] * table[10:]).sum(dim=-1)  # (50,): PE(p) . PE(p + 10)
+    gaps = ((table[10:] - table[:-10]) ** 2).sum(dim=-1)  # (50,): |PE(p + 10) - PE(p)|^2
     [expected] = hidden_constants("02_sinusoidal", "dot_test")["EXPECTED"]
     value = float(sympy.sympify(expected))
-    assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
+    assert gaps.tolist() == pytest.approx([value] * 50, abs=1e-12)
 
 
 def test_rows_and_fractions_of_3_4_and_3_5_are_those_of_a_training_run_over_every_length():

@@ -197,12 +197,12 @@ def test_the_edition_maps_no_submission_to_a_bug(edition_by_command):
 
 @pytest.mark.parametrize("planted", [
     # The submissions as the edition once shipped them: flags by number, and the closure that builds a table
-    'SUBMITTED = {1: {"exponent": 4.0}, 2: {"shift": 1}, 3: {"swap": True}}\n'
-    "def submitted_table(number):\n"
-    "    flags = SUBMITTED[number]\n"
-    "    def candidate_table(length, d, base=10000.0):\n"
-    "        return table_with(length, d, base, **flags)\n"
-    "    return candidate_table\n",
+    ('SUBMITTED = {1: {"exponent": 4.0}, 2: {"shift": 1}, 3: {"swap": True}}\n'
+     "def submitted_table(number):\n"
+     "    flags = SUBMITTED[number]\n"
+     "    def candidate_table(length, d, base=10000.0):\n"
+     "        return table_with(length, d, base, **flags)\n"
+     "    return candidate_table\n"),
     'BUG_OF = {26: "C", 51: "A", 75: "F"}\n',
     "BUG_OF = {26: ('C', 10000.0), 51: ('A', 2000.0)}\n",
     "def table(number):\n    return pe(number, 8, degrees=True)\n",

@@ -79,16 +79,16 @@ def value(expression: str) -> float:
 
 def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
     """Answer cells with numbers typed in (as a student who computed by hand), for these parameters."""
-    p2, p3 = parameters["2.2"]["position"], parameters["2.3"]["position"]
+    p2, p3 = parameters["2.1"]["position"], parameters["2.2"]["position"]
     base, k = parameters["2.5"]["base"], parameters["2.7"]["distance"]
     d6 = [f"{f}({p3}*10000^(-{i}/3))" for i in range(3) for f in ("sin", "cos")]
-    moved = farthest_pair(7, parameters["2.1"]["distance"])
+    moved = farthest_pair(7, parameters["2.3"]["distance"])
     return {
         "most_moved_answer": f"most_moved = {[moved[0], round(moved[1], 4)]}",
         "pe_d4_at_p_answer": f"pe_d4_at_p = {[round(x, 4) for x in pe(p2, 4)]}",
         "pe_d6_at_p_answer": f"pe_d6_at_p = {d6}",
         "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
-        "dot_answer": f'pe_dot_d6_at_k = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
+        "dot_answer": f'pe_gap_d6_at_k = "{" + ".join(f"4*sin({k}*10000^(-{i}/3)/2)^2" for i in range(3))}"',
         "planted_bug_answer": (f"bug_evidence = {[round(x, 4) for x in measured_evidence(parameters['2.6']['submission'])]}\n"
                                f"planted_bug = {diagnosed(parameters['2.6']['submission'])!r}"),
     }
@@ -131,8 +131,8 @@ def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
 
 def test_variants_off_gives_every_student_the_first_allowed_values():
     off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
-    assert off[0] == off[1] == off[2] == {"2.1": {"distance": 13}, "2.2": {"position": 7},
-                                          "2.3": {"position": 3}, "2.5": {"base": 10000},
+    assert off[0] == off[1] == off[2] == {"2.1": {"position": 7}, "2.2": {"position": 3},
+                                          "2.3": {"distance": 13}, "2.5": {"base": 10000},
                                           "2.6": {"submission": 26},
                                           "2.7": {"distance": 10}}
 
@@ -222,7 +222,8 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
             continue
         if isinstance(expected, str):  # a choice: the right letter is never among the named mistakes
             assert expected not in constants["MISTAKES"], values
-            answers.add((expected, tuple(round(x, 2) for x in constants.get("EVIDENCE", ()))))  # 2.6: with its evidence
+            evidence = constants.get("EXPECTED_EVIDENCE", ())  # 2.6: the letter with its measured evidence
+            answers.add((expected, tuple(round(x, 2) for x in evidence)))
             continue
         answers.add(tuple(round(x / max(tolerance, 1e-9)) for x in expected))
         for why, wrong in constants["MISTAKES"]:
@@ -233,9 +234,9 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     assert len(answers) >= 0.6 * combinations, f"only {len(answers)} answers for {combinations} combinations"
 
 
-@pytest.mark.parametrize("distance", VARIED["2.1"].choices["distance"])
+@pytest.mark.parametrize("distance", VARIED["2.3"].choices["distance"])
 def test_the_farthest_pair_is_measured_on_two_rows_whatever_the_position(distance):
-    expected = VARIED["2.1"].constants({"distance": distance})["EXPECTED"]
+    expected = VARIED["2.3"].constants({"distance": distance})["EXPECTED"]
     for position in (0, 3, 100, 5000):  # the same pair and distance wherever the two rows stand
         pair, moved, margin = farthest_pair(position, distance)
         assert expected[0] == pair != 0 and expected[1] == pytest.approx(moved, abs=1e-9)
@@ -243,22 +244,22 @@ def test_the_farthest_pair_is_measured_on_two_rows_whatever_the_position(distanc
 
 
 def test_no_student_draws_a_position_that_the_book_works_out():
-    assert 0 not in VARIED["2.2"].choices["position"] and 1 not in VARIED["2.2"].choices["position"]
-    assert 2 not in VARIED["2.3"].choices["position"]
+    assert 0 not in VARIED["2.1"].choices["position"] and 1 not in VARIED["2.1"].choices["position"]
+    assert 2 not in VARIED["2.2"].choices["position"]
 
 
-@pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
+@pytest.mark.parametrize("position", VARIED["2.1"].choices["position"])
 def test_pe_d4_matches_the_formula_and_every_mistake_is_told_apart(position):
-    constants = VARIED["2.2"].constants({"position": position})
+    constants = VARIED["2.1"].constants({"position": position})
     assert constants["EXPECTED"] == pytest.approx(pe(position, 4), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
         # 1.5 times the tolerance of two decimals: a mistake is never graded as right
         assert max(abs(a - b) for a, b in zip(wrong, pe(position, 4), strict=True)) > 0.0075, (position, why)
 
 
-@pytest.mark.parametrize("position", VARIED["2.3"].choices["position"])
+@pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
 def test_pe_d6_expressions_equal_the_formula_and_every_mistake_differs(position):
-    constants = VARIED["2.3"].constants({"position": position})
+    constants = VARIED["2.2"].constants({"position": position})
     assert [value(x) for x in constants["EXPECTED"]] == pytest.approx(pe(position, 6), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
         gaps = [abs(value(a) - b) for a, b in zip(wrong, pe(position, 6), strict=True)]
@@ -299,8 +300,8 @@ def test_each_submission_has_the_bug_the_grader_expects_and_the_model_diagnosis_
     constants = VARIED["2.6"].constants({"submission": submission})
     assert matching == [constants["EXPECTED"]]
     evidence = measured_evidence(submission)
-    assert constants["EVIDENCE"] == pytest.approx(evidence, abs=1e-6)  # the student measures the float32 table
-    for why, wrong in constants["EVIDENCE_MISTAKES"]:
+    assert constants["EXPECTED_EVIDENCE"] == pytest.approx(evidence, abs=1e-6)  # the student measures the float32 table
+    for why, wrong in constants["MISTAKES_EVIDENCE"]:
         assert max(abs(a - b) for a, b in zip(wrong, evidence, strict=True)) > 0.01, (submission, why)
     cells = source_cells(ASSIGNMENT)
     namespace = {"my_parameters": {"2.6": {"submission": submission}}}
@@ -328,12 +329,18 @@ def test_the_shipped_tables_are_the_graders_tables_as_numbers_only():
         assert word not in shipped, word
 
 
+def gap_at_distance(k: int) -> float:
+    """|PE(p + k) - PE(p)|^2 for d = 6, computed from two rows (p = 3)."""
+    return sum((a - b) ** 2 for a, b in zip(pe(3, 6), pe(3 + k, 6), strict=True))
+
+
 @pytest.mark.parametrize("distance", VARIED["2.7"].choices["distance"])
-def test_dot_product_equals_two_rows_of_the_table_and_every_mistake_differs(distance):
+def test_squared_distance_equals_two_rows_of_the_table_and_every_mistake_differs(distance):
     constants = VARIED["2.7"].constants({"distance": distance})
-    assert value(constants["EXPECTED"][0]) == pytest.approx(dot_at_distance(distance), abs=1e-12)
+    assert value(constants["EXPECTED"][0]) == pytest.approx(gap_at_distance(distance), abs=1e-12)
+    assert gap_at_distance(distance) == pytest.approx(6 - 2 * dot_at_distance(distance), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
-        assert abs(value(wrong[0]) - dot_at_distance(distance)) > 1e-4, (distance, why)
+        assert abs(value(wrong[0]) - gap_at_distance(distance)) > 1e-4, (distance, why)
 
 
 # Chapters 1, 3 and 6
@@ -445,7 +452,7 @@ DECIDES = {  # 1.6's properties, written here
     "palindrome": lambda s: list(s) == list(reversed(s)),
     "never_decreasing": lambda s: list(s) == sorted(s),
     "first_below_last": lambda s: s[0] < s[-1],
-    "adjacent_pair": lambda s: len(set(zip(s, s[1:])) & {(t, t) for t in range(10)}) > 0,
+    "adjacent_pair": lambda s: len(set(itertools.pairwise(s)) & {(t, t) for t in range(10)}) > 0,
 }
 
 
@@ -518,7 +525,7 @@ def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, c
     mine = your_parameters(ASSIGNMENT, "ana")
     printed = capsys.readouterr().out
     assert "Student ID: ana (STUDENT_ID)" in printed
-    assert f"Your parameters for 2.2: position p = {draw(VARIED['2.2'], 'ana')['position']}" in printed
+    assert f"Your parameters for 2.1: position p = {draw(VARIED['2.1'], 'ana')['position']}" in printed
     assert mine["2.7"] == draw(VARIED["2.7"], "ana")
     hub = your_parameters(ASSIGNMENT, "")
     assert "Student ID: hubuser ($JUPYTERHUB_USER)" in capsys.readouterr().out
@@ -534,7 +541,7 @@ def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, c
 def test_an_empty_id_says_what_to_do(monkeypatch, capsys):
     monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
     monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
-    your_parameters(ASSIGNMENT, "  ").show("2.2")
+    your_parameters(ASSIGNMENT, "  ").show("2.1")
     printed = capsys.readouterr().out
     assert "STUDENT_ID is empty: write your student ID" in printed and "(set STUDENT_ID first!)" in printed
 
@@ -543,9 +550,9 @@ def test_while_grading_the_folder_decides_and_the_switch_is_obeyed(monkeypatch, 
     monkeypatch.setenv("AUTOGRADER_GRADING", "1")
     monkeypatch.setenv("AUTOGRADER_STUDENT_ID", "ben")
     monkeypatch.setenv("AUTOGRADER_VARIANTS", "1")
-    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == draw(VARIED["2.2"], "ben")
+    assert your_parameters(ASSIGNMENT, "ana")["2.1"] == draw(VARIED["2.1"], "ben")
     monkeypatch.setenv("AUTOGRADER_VARIANTS", "0")
-    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == VARIED["2.2"].answer_key
+    assert your_parameters(ASSIGNMENT, "ana")["2.1"] == VARIED["2.1"].answer_key
     assert "Variants are turned off" in capsys.readouterr().out
 
 
@@ -579,7 +586,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
     for item, variant in VARIED.items():
         line = f"Your parameters for {item}: {variant.describe(draw(variant, 'ana'))}"
         assert line in outputs["my_parameters"] and outputs[f"parameters_{item.replace('.', '_')}"].strip() == line
-    assert "2.2 not answered yet" in outputs["pe_d4_at_p_test"]  # the notebook runs on past unanswered items
+    assert "2.1 not answered yet" in outputs["pe_d4_at_p_test"]  # the notebook runs on past unanswered items
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -68,32 +68,56 @@ def _prefix_rows(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 # Whether each map of autograder.parameters.MAPS is permutation-equivariant, and why.
 EQUIVARIANT = {
-    "column_softmax": (True, "a softmax over the rows of each column reorders with the rows: its denominator is a "
-                             "sum over all rows"),
-    "minus_mean": (True, "the mean of all rows does not depend on their order, so each row minus it moves with its row"),
-    "learned_table": (False, "row p of the table is added at position p whatever token stands there: the sum depends "
-                             "on positions"),
-    "sort_rows": (False, "sorting gives the same rows in the same order whatever the input order: that is invariance, "
-                         "not equivariance (the output does not move with the input)"),
-    "distance_bias": (False, "the bias -|i - j| depends on the positions of the query and the key, not on their "
-                             "contents"),
-    "plain_block": (True, "attention without a mask, residuals, layer norm and a position-wise MLP are each "
-                          "equivariant, and a composition of equivariant maps is equivariant"),
-    "running_max": (False, "a running maximum reads the rows in their order: row p depends on which tokens come "
-                           "before it"),
-    "not_itself": (True, "this mask only compares a query with itself, and a shuffle moves every token together with "
-                         "its own query and key, so it is not tied to positions the way a causal mask is"),
-    "kernel_one": (True, "a kernel of size 1 applies one linear map to each row alone: a row-wise map moves with its "
-                         "row"),
-    "reverse_rows": (False, "the output's row p is the input's row n - 1 - p: shuffling the input and then reversing "
-                            "is not reversing and then shuffling the same way"),
-    "content_mask": (True, "the mask compares the contents of the query's and the key's rows, not their positions, so "
-                           "it moves with the tokens"),
-    "add_previous": (False, "which row is 'the row before' depends on the order: a shuffle gives each token another "
-                            "neighbour to add"),
-    "broadcast_max": (True, "the maximum over all rows does not depend on their order, and an output whose rows are "
-                            "all equal is unchanged by any shuffle of its rows"),
-    "scale_by_position": (False, "the factor p + 1 belongs to the position, not to the token standing there"),
+    "column_softmax": (True, (
+        "a softmax over the rows of each column reorders with the rows: its denominator is a sum over all "
+        "rows"
+    )),
+    "minus_mean": (True, (
+        "the mean of all rows does not depend on their order, so each row minus it moves with its row"
+    )),
+    "learned_table": (False, (
+        "row p of the table is added at position p whatever token stands there: the sum depends on positions"
+    )),
+    "sort_rows": (False, (
+        "sorting gives the same rows in the same order whatever the input order: that is invariance, not "
+        "equivariance (the output does not move with the input)"
+    )),
+    "distance_bias": (False, (
+        "the bias -|i - j| depends on the positions of the query and the key, not on their contents"
+    )),
+    "plain_block": (True, (
+        "attention without a mask, residuals, layer norm and a position-wise MLP are each equivariant, and a "
+        "composition of equivariant maps is equivariant"
+    )),
+    "running_max": (False, (
+        "a running maximum reads the rows in their order: row p depends on which tokens come before it"
+    )),
+    "not_itself": (True, (
+        "this mask only compares a query with itself, and a shuffle moves every token together with its own "
+        "query and key, so it is not tied to positions the way a causal mask is"
+    )),
+    "kernel_one": (True, (
+        "a kernel of size 1 applies one linear map to each row alone: a row-wise map moves with its row"
+    )),
+    "reverse_rows": (False, (
+        "the output's row p is the input's row n - 1 - p: shuffling the input and then reversing is not "
+        "reversing and then shuffling the same way"
+    )),
+    "content_mask": (True, (
+        "the mask compares the contents of the query's and the key's rows, not their positions, so it moves "
+        "with the tokens"
+    )),
+    "add_previous": (False, (
+        "which row is 'the row before' depends on the order: a shuffle gives each token another neighbour to "
+        "add"
+    )),
+    "broadcast_max": (True, (
+        "the maximum over all rows does not depend on their order, and an output whose rows are all equal is "
+        "unchanged by any shuffle of its rows"
+    )),
+    "scale_by_position": (False, (
+        "the factor p + 1 belongs to the position, not to the token standing there"
+    )),
 }
 assert set(EQUIVARIANT) == set(MAPS)
 

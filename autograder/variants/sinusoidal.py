@@ -12,6 +12,7 @@ known here only.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -166,21 +167,31 @@ def dot_expression(scale: str, *, exponent: int = 2, factor: str = "") -> str:
     return " + ".join(f"{factor}cos({_angle(scale, i, 6, exponent)})" for i in range(3))
 
 
-def _dot(parameters: Mapping[str, Any]) -> dict[str, Any]:
+def gap_expression(scale: str, *, exponent: int = 2, norm: str = "6", factor: str = "2*") -> str:
+    """|PE(p + k) - PE(p)|^2 for d = 6: the two squared norms d/2 (``norm`` together) less ``factor`` times the dot
+    product, k given by ``scale``."""
+    return norm + "".join(f" - {factor}cos({_angle(scale, i, 6, exponent)})" for i in range(3))
+
+
+def _gap(parameters: Mapping[str, Any]) -> dict[str, Any]:
     k = str(parameters["distance"])
     return {
-        "EXPECTED": [dot_expression(k)],
+        "EXPECTED": [gap_expression(k)],
         "MISTAKES": [
-            (("this is the value at distance 0 (the squared norm d/2 of every row); at your distance each pair "
-             "contributes the cosine of the angle between its two points"),
-             ["3"]),
-            (("every pair is counted twice: each pair (sin, cos) contributes one cosine of the angle between its two "
-             "points, so there are d/2 terms, not d"),
-             [dot_expression(k, factor="2*")]),
+            (("that is the dot product PE(p) . PE(p + k) of the two rows; the squared distance is |PE(p + k)|^2 + "
+              "|PE(p)|^2 - 2 PE(p) . PE(p + k)"),
+             [dot_expression(k)]),
+            (("each row has the squared norm d/2 = 3, and there are two rows: |a - b|^2 = |a|^2 + |b|^2 - 2 a . b "
+              "starts with 3 + 3"),
+             [gap_expression(k, norm="3")]),
+            ("the factor 2 of the cross term is missing: |a - b|^2 = |a|^2 + |b|^2 - 2 a . b",
+             [gap_expression(k, factor="")]),
+            ("this is half the squared distance: each pair contributes 2 - 2 cos(k omega_i), not 1 - cos(k omega_i)",
+             [gap_expression(k, norm="3", factor="")]),
             ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1",
-             [dot_expression(k, exponent=4)]),
-            (FEATURES, [dot_expression(k, exponent=1)]),
-            ("the angles were treated as degrees: p * omega_i is an angle in radians", [dot_expression(f"{k}*pi/180")]),
+             [gap_expression(k, exponent=4)]),
+            (FEATURES, [gap_expression(k, exponent=1)]),
+            ("the angles were treated as degrees: p * omega_i is an angle in radians", [gap_expression(f"{k}*pi/180")]),
         ],
     }
 
@@ -274,7 +285,7 @@ def shift_residuals(rows: list[list[float]], base: float, *, backwards: bool = F
         omega = base ** (-2 * i / d)
         c, s = math.cos(omega), math.sin(omega) * (-1 if backwards else 1)
         worst = 0.0
-        for now, after in zip(rows, rows[1:]):
+        for now, after in itertools.pairwise(rows):
             x, y = now[2 * i], now[2 * i + 1]
             worst = max(worst, abs(after[2 * i] - (c * x + s * y)), abs(after[2 * i + 1] - (-s * x + c * y)))
         residuals.append(worst)
@@ -322,8 +333,8 @@ def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "EXPECTED": letter,
         "MISTAKES": {other: why for other, why in WRONG_LETTER.items() if other != letter},
-        "EVIDENCE": evidence,
-        "EVIDENCE_MISTAKES": _far(evidence, [
+        "EXPECTED_EVIDENCE": evidence,
+        "MISTAKES_EVIDENCE": _far(evidence, [
             (("M_1 is applied the wrong way round: PE(p + 1) = M_1 PE(p), with the block (cos w, sin w; -sin w, "
               "cos w) of shift_matrix(1, 8, base=your base); its transpose moves back one position"),
              bug_evidence(rows, base, backwards=True)),
@@ -335,10 +346,10 @@ def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 VARIANTS = (
-    Variant.of(ASSIGNMENT, "2.1", "most_moved_test", _most_moved),
-    Variant.of(ASSIGNMENT, "2.2", "pe_d4_at_p_test", _pe_d4),
-    Variant.of(ASSIGNMENT, "2.3", "pe_d6_at_p_test", _pe_d6),
+    Variant.of(ASSIGNMENT, "2.1", "pe_d4_at_p_test", _pe_d4),
+    Variant.of(ASSIGNMENT, "2.2", "pe_d6_at_p_test", _pe_d6),
+    Variant.of(ASSIGNMENT, "2.3", "most_moved_test", _most_moved),
     Variant.of(ASSIGNMENT, "2.5", "first_turn_test", _first_turn),
     Variant.of(ASSIGNMENT, "2.6", "planted_bug_test", _planted_bug),
-    Variant.of(ASSIGNMENT, "2.7", "dot_test", _dot),
+    Variant.of(ASSIGNMENT, "2.7", "dot_test", _gap),
 )

@@ -113,7 +113,7 @@ D6_HALVES = (
     '"cos(3/10000^(2/3))"]'
 )
 
-# For the one answer key: p = 7 in 2.2, p = 3 in 2.3.
+# For the one answer key: p = 7 in 2.1, p = 3 in 2.2.
 NAMED_MISTAKES = {
     "degrees": {
         "02_sinusoidal": {
@@ -304,8 +304,8 @@ class AnyList(list):
 
 CHEATS = {
     "02_sinusoidal": {
-        "most_moved_answer": CHEAT_PRELUDE + "\nmost_moved = [AlwaysEqual(0.5)] * 2",
-        "pe_d4_at_p_answer": "pe_d4_at_p = [AlwaysEqual(0.5)] * 4",
+        "pe_d4_at_p_answer": CHEAT_PRELUDE + "\npe_d4_at_p = [AlwaysEqual(0.5)] * 4",  # the first item: the classes
+        "most_moved_answer": "most_moved = [AlwaysEqual(0.5)] * 2",
         "pe_d6_at_p_answer": 'pe_d6_at_p = [AnyText("sin(1)")] * 6',
         "decode_answer": """
 def decode_positions(rows, base=10000.0):
@@ -313,7 +313,7 @@ def decode_positions(rows, base=10000.0):
 """,
         "first_turn_answer": "first_full_turn = AnyList([7] * 8)",
         "planted_bug_answer": 'bug_evidence = AnyList([0.0] * 5)\nplanted_bug = AnyText("A")',
-        "dot_answer": 'pe_dot_d6_at_k = AnyText("cos(10)")',
+        "dot_answer": 'pe_gap_d6_at_k = AnyText("cos(10)")',
         "quiz_formula_answer": 'quiz_formula = AnyText("A")',
         "quiz_frequencies_answer": 'quiz_frequencies = AnyText("A")',
         "quiz_combining_answer": 'quiz_combining = AnyText("B")',
