@@ -108,6 +108,10 @@ MAP_LISTS = (
      "minus_mean"),
     ("sort_rows", "content_mask", "minus_mean", "reverse_rows", "add_previous", "not_itself", "distance_bias",
      "scale_by_position"),
+    ("broadcast_max", "minus_mean", "distance_bias", "running_max", "kernel_one", "reverse_rows", "scale_by_position",
+     "add_previous"),
+    ("not_itself", "sort_rows", "running_max", "reverse_rows", "content_mask", "broadcast_max", "plain_block",
+     "add_previous"),
 )
 # 1.6: what the classifier must decide about a sequence of token ids
 VERDICTS = {
@@ -144,11 +148,11 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
     ),
     "02_sinusoidal": (
         # The book works PE(0) and PE(1) for d = 4 and PE(2) for d = 6 out in full: no student draws them.
-        VariedItem("02_sinusoidal", "2.1", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11)}, _words("position p = {position}")),
-        VariedItem("02_sinusoidal", "2.2", {"position": (3, 4, 5, 6, 7, 8, 9, 10)}, _words("position p = {position}")),
+        VariedItem("02_sinusoidal", "2.1", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11, 12)}, _words("position p = {position}")),
+        VariedItem("02_sinusoidal", "2.2", {"position": (3, 4, 5, 6, 7, 8, 9, 10, 11)}, _words("position p = {position}")),
         # Distances k whose farthest-moving pair is not pair 0, and beats the others by more than 0.05 (a test of
         # the course checks it)
-        VariedItem("02_sinusoidal", "2.3", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63)},
+        VariedItem("02_sinusoidal", "2.3", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63, 18)},
                    _words("distance k = {distance}")),
         # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
         # to whole positions is never a matter of the last decimal (a test of the course checks it).
