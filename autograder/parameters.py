@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autograder import CONFIG_FILE
-from autograder.submitted_tables import SUBMITTED
+from autograder.submitted_tables import BASES, SUBMITTED
 
 CONFIG_SECTION = "AutograderVariants"
 STUDENT_VARIABLE = "AUTOGRADER_STUDENT_ID"  # the student folder of the submission, in the grader's kernel
@@ -72,27 +72,96 @@ def _words(template: str) -> Callable[[Mapping[str, Any]], str]:
     return lambda parameters: template.format(**parameters)
 
 
+# 1.5: the maps a student may be asked about, by name (whether each is permutation-equivariant is the grader's to say)
+MAPS = {
+    "column_softmax": "a softmax over the tokens: each feature (column) of X is normalised by a softmax over the n rows",
+    "minus_mean": "subtracting from every row the mean of all rows",
+    "learned_table": "adding row p of a learned table W to the token at position p",
+    "sort_rows": "sorting the rows by their first feature",
+    "distance_bias": "self-attention whose score for the query i and the key j gets the bias -|i - j|",
+    "plain_block": ("a transformer block without positional encoding and without a mask: multi-head self-attention, "
+                    "a residual connection, layer normalisation and a position-wise MLP"),
+    "running_max": "a cumulative maximum over the sequence (row p holds the feature-wise maximum of the rows 0, ..., p)",
+    "not_itself": "self-attention in which every token may attend to every token except itself",
+    "kernel_one": "a 1-D convolution over the sequence with kernel size 1 (one linear map applied to every row)",
+    "reverse_rows": "reversing the order of the rows",
+    "content_mask": ("self-attention in which the query i may attend to the key j only when the first feature of "
+                     "row j is at most that of row i"),
+    "add_previous": "adding to every row p >= 1 the row p - 1 (row 0 is left as it is)",
+    "broadcast_max": "replacing every row by the feature-wise maximum over all rows",
+    "scale_by_position": "multiplying row p by p + 1",
+}
+# The eight maps of each allowed list, in the order of their letters a to h; the answer key's list first.
+MAP_LISTS = (
+    ("column_softmax", "minus_mean", "learned_table", "sort_rows", "distance_bias", "plain_block", "running_max",
+     "not_itself"),
+    ("kernel_one", "plain_block", "reverse_rows", "column_softmax", "sort_rows", "content_mask", "running_max",
+     "learned_table"),
+    ("minus_mean", "running_max", "distance_bias", "plain_block", "scale_by_position", "kernel_one", "learned_table",
+     "column_softmax"),
+    ("distance_bias", "plain_block", "reverse_rows", "column_softmax", "learned_table", "kernel_one", "minus_mean",
+     "running_max"),
+    ("column_softmax", "plain_block", "distance_bias", "kernel_one", "scale_by_position", "running_max",
+     "learned_table", "add_previous"),
+    ("scale_by_position", "content_mask", "distance_bias", "add_previous", "running_max", "plain_block", "sort_rows",
+     "minus_mean"),
+    ("not_itself", "kernel_one", "learned_table", "reverse_rows", "add_previous", "running_max", "broadcast_max",
+     "minus_mean"),
+    ("sort_rows", "content_mask", "minus_mean", "reverse_rows", "add_previous", "not_itself", "distance_bias",
+     "scale_by_position"),
+    ("broadcast_max", "minus_mean", "distance_bias", "running_max", "kernel_one", "reverse_rows", "scale_by_position",
+     "add_previous"),
+    ("not_itself", "sort_rows", "running_max", "reverse_rows", "content_mask", "broadcast_max", "plain_block",
+     "add_previous"),
+)
+# 1.6: what the classifier must decide about a sequence of token ids
+VERDICTS = {
+    "palindrome": "it is a palindrome (it reads the same backwards, like [4, 7, 1, 7, 4])",
+    "never_decreasing": "its ids never decrease from left to right (like [1, 1, 4, 7, 9])",
+    "first_below_last": "its first id is smaller than its last (like [2, 9, 0, 5, 6])",
+    "adjacent_pair": "two equal ids stand next to each other somewhere in it (like [3, 8, 8, 1, 5])",
+}
+
+
 VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
     "01_permutation": (
-        # (first value, value of the seven others); the answer key's first
+        # (prefix k, shuffle) on 6 tokens: row i of the shuffled input is row shuffle[i] of x. Each setting's rows
+        # differ from the rows a token keeps, from the causal mask's and from all six (a test of the course checks it).
+        VariedItem("01_permutation", "1.4",
+                   {"setting": ((3, (0, 2, 1, 4, 3, 5)), (4, (0, 2, 3, 1, 5, 4)), (2, (1, 0, 5, 2, 3, 4)),
+                                (2, (1, 0, 4, 3, 2, 5)), (3, (1, 2, 0, 5, 4, 3)), (3, (0, 2, 3, 1, 4, 5)),
+                                (2, (0, 2, 1, 3, 4, 5)), (2, (1, 0, 3, 2, 4, 5)))},
+                   lambda parameters: "prefix k = {}, shuffle = {}".format(
+                       parameters["setting"][0], list(parameters["setting"][1]))),
+        # Eight maps of MAPS each, lettered a to h in this order; the answer key's are the first eight
+        VariedItem("01_permutation", "1.5", {"maps": MAP_LISTS}, lambda parameters: "eight maps, a to h:" + "".join(
+            f"\n  {letter}: {MAPS[name]}" for letter, name in zip("abcdefgh", parameters["maps"], strict=True))),
+        VariedItem("01_permutation", "1.6",
+                   {"verdict": ("palindrome", "never_decreasing", "first_below_last", "adjacent_pair"),
+                    "length": (5, 6, 7)},
+                   lambda parameters: "sequences of {} token ids; the classifier says whether {}".format(
+                       parameters["length"], VERDICTS[parameters["verdict"]])),
+        # (first value, value of the seven others); the answer key's first. The prefix k of 1.1's mask.
         VariedItem("01_permutation", "1.7",
-                   {"values": ((3, 1), (5, 1), (7, 1), (4, 2), (6, 2), (9, 3), (2, 5), (1, 4))},
-                   lambda parameters: "first value {}, the seven others {}".format(*parameters["values"])),
+                   {"values": ((3, 1), (5, 1), (7, 1), (4, 2), (6, 2), (9, 3), (2, 5), (1, 4)), "prefix": (3, 2, 4, 5)},
+                   lambda parameters: "first value {}, the seven others {}".format(*parameters["values"])
+                   + ", prefix k = {}".format(parameters["prefix"])),
     ),
     "02_sinusoidal": (
+        # The book works PE(0) and PE(1) for d = 4 and PE(2) for d = 6 out in full: no student draws them.
+        VariedItem("02_sinusoidal", "2.1", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11, 12)}, _words("position p = {position}")),
+        VariedItem("02_sinusoidal", "2.2", {"position": (3, 4, 5, 6, 7, 8, 9, 10, 11)}, _words("position p = {position}")),
         # Distances k whose farthest-moving pair is not pair 0, and beats the others by more than 0.05 (a test of
         # the course checks it)
-        VariedItem("02_sinusoidal", "2.1", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63)},
+        VariedItem("02_sinusoidal", "2.3", {"distance": (13, 6, 12, 19, 25, 31, 38, 44, 50, 63, 18)},
                    _words("distance k = {distance}")),
-        # The book works PE(0) and PE(1) for d = 4 and PE(2) for d = 6 out in full: no student draws them.
-        VariedItem("02_sinusoidal", "2.2", {"position": (7, 3, 4, 5, 6, 8, 9, 10, 11)}, _words("position p = {position}")),
-        VariedItem("02_sinusoidal", "2.3", {"position": (3, 4, 5, 6, 7, 8, 9, 10)}, _words("position p = {position}")),
         # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
         # to whole positions is never a matter of the last decimal (a test of the course checks it).
         VariedItem("02_sinusoidal", "2.5", {"base": (10000, 1000, 3000, 40000, 100000, 500)}, _words("base = {base}")),
-        # The numbers of autograder.submitted_tables: which submission, not which bug.
+        # The numbers of autograder.submitted_tables: which table of numbers, not which bug.
         VariedItem("02_sinusoidal", "2.6", {"submission": tuple(SUBMITTED)},
-                   _words("submission number {submission}")),
+                   lambda parameters: "submission number {}, made for base {:g}".format(
+                       parameters["submission"], BASES[parameters["submission"]])),
         VariedItem("02_sinusoidal", "2.7", {"distance": (10, 3, 5, 6, 7, 12, 15, 20, 25)},
                    _words("distance k = {distance}")),
     ),

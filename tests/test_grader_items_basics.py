@@ -97,18 +97,21 @@ RIGHT = [
         "    order = shuffle.argmax(dim=1)\n"
         "    return float((layer(x[:, order]) - layer(x)[:, order]).abs().max())"),
     ),
+    ("01_permutation", "conclusions_answer", "conclusions_test", None),
+    ("01_permutation", "conclusions_answer", "conclusions_test", "agreeing_rows = {5, 2, 1, 0}"),
+    ("01_permutation", "conclusions_answer", "conclusions_test", "agreeing_rows = (0.0, 1, 2, 5, 5)"),
     ("01_permutation", "maps_answer", "maps_test", None),
     ("01_permutation", "maps_answer", "maps_test", 'equivariant_maps = [" H", "f", "B", "a"]'),
     ("01_permutation", "blind_answer", "blind_test", None),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = [(3, 1, 3, 0, 0), [0, 3, 1, 3, 0]]"),
     ("01_permutation", "blind_answer", "blind_test", "blind_pair = ([9, 9, 9, 9, 8], [9, 9, 8, 9, 9])"),
     ("01_permutation", "count_answer", "count_test", None),
-    ("01_permutation", "count_answer", "count_test", "causal_outputs = [3, 2, 1.67, 1.5, 1.4, 1.33, 1.29, 1.25]"),
+    ("01_permutation", "count_answer", "count_test", "prefix_outputs = [1.67, 1.67, 1.67, 1.5, 1.4, 1.33, 1.29, 1.25]"),
     (
         "01_permutation",
         "count_answer",
         "count_test",
-        "from fractions import Fraction\ncausal_outputs = [Fraction(3 + p, p + 1) for p in range(8)]",
+        "from fractions import Fraction\nprefix_outputs = [Fraction(3 + max(p, 2), max(p, 2) + 1) for p in range(8)]",
     ),
     ("02_sinusoidal", "most_moved_answer", "most_moved_test", None),
     ("02_sinusoidal", "most_moved_answer", "most_moved_test", "most_moved = (1.0, 1.21)"),
@@ -130,13 +133,14 @@ RIGHT = [
         "first_full_turn = (7.0, 20.0, 63.0, 199.0, 629.0, 1987.0, 6284.0, 19870.0)",
     ),
     ("02_sinusoidal", "planted_bug_answer", "planted_bug_test", None),
-    ("02_sinusoidal", "planted_bug_answer", "planted_bug_test", 'planted_bug = " c "'),
+    ("02_sinusoidal", "planted_bug_answer", "planted_bug_test",
+     'bug_evidence = [0, 0.09, 0.01, 0.001, 0]\nplanted_bug = " c "'),
     ("02_sinusoidal", "dot_answer", "dot_test", None),
     (
         "02_sinusoidal",
         "dot_answer",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10*10^(-8/3)) + cos(10) + cos(10*10^(-4/3))"',
+        'pe_gap_d6_at_k = "2*(1 - cos(10*10^(-8/3))) + 2*(1 - cos(10)) + 4*sin(10*10^(-4/3)/2)^2"',
     ),
     ("03_learned", "learned_answer", "learned_test", None),
     ("03_learned", "learned_answer", "learned_test", PADDED_BY_LOOP),
@@ -204,11 +208,18 @@ WRONG = [
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])", "both are not palindromes"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 1, 2, 2, 3.5])", "integers from 0 to 9"),
     ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 2, 1], [1, 1, 2, 2, 10])", "integers from 0 to 9"),
-    ("01_permutation", "count_test", "causal_outputs = [1.25] * 8", "attention without the mask"),
-    ("01_permutation", "count_test", "causal_outputs = [1.25] + [1] * 7", "the mask is the wrong way round"),
-    ("01_permutation", "count_test", "causal_outputs = [1 + 2 / (p + 2) for p in range(8)]", "off by one"),
-    ("01_permutation", "count_test", "causal_outputs = [1 / (p + 1) for p in range(8)]", "weights 1 / (p + 1)"),
-    ("01_permutation", "count_test", "causal_outputs = [3, 2, 1.5, 1.5, 1.4, 1.33, 1.29, 1.25]", "the first is entry 2"),
+    ("01_permutation", "count_test", "prefix_outputs = [3, 2, 1.67, 1.5, 1.4, 1.33, 1.29, 1.25]", "the prefix is ignored"),
+    ("01_permutation", "count_test", "prefix_outputs = [1.5] * 4 + [1.4, 1.33, 1.29, 1.25]", "too many keys"),
+    ("01_permutation", "count_test", "prefix_outputs = [1.25] * 8", "attention without the mask"),
+    ("01_permutation", "count_test", "prefix_outputs = [1 / max(p + 1, 3) for p in range(8)]", "the weights that each"),
+    ("01_permutation", "count_test", "prefix_outputs = [1.67, 1.67, 1.5, 1.5, 1.4, 1.33, 1.29, 1.25]", "the first is entry 2"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = [5, 0]", "leaves in place"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = [5]", "too many keys"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = list(range(6))", "not equivariant row by row"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = [0, 1, 2]", "not the rows that agree"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = [0, 1, 2, 6]", "from 0 to 5"),
+    ("01_permutation", "conclusions_test", "agreeing_rows = 5", "a list of row indices"),
+    ("01_permutation", "blind_test", "blind_pair = ([1, 2, 3, 3, 2, 1], [1, 1, 2, 2, 3, 3])", "list of 5 token ids"),
     ("02_sinusoidal", "most_moved_test", "most_moved = [0, 0.43]", "pair 0 turns fastest"),
     ("02_sinusoidal", "most_moved_test", "most_moved = [0, 13]", "the angle pair 0 turns"),
     ("02_sinusoidal", "most_moved_test", "most_moved = [1, 1.47]", "squared distance"),
@@ -274,38 +285,43 @@ WRONG = [
         "first_full_turn = [math.ceil(360 * 10000 ** (2 * i / 16)) for i in range(8)]",
         "treated as degrees",
     ),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "A"', "starts with the row (1, 0, 1, 0, ...)"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "B"', "starts with d/2 zeros"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "D"', "turns faster than"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "E"', "starts with PE(1)"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "F"', "in degrees pair 0 would turn by pi/180"),
-    ("02_sinusoidal", "planted_bug_test", 'planted_bug = "G"', "must be one of"),
-    ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "3"', "the value at distance 0"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [1.68, 0.11, 0.0101, 0.001, 0]\nplanted_bug = "C"',
+     "M_1 is applied the wrong way round"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0, 0.0, 0.0, 0.0]\nplanted_bug = "C"', "got 0"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099]\nplanted_bug = "C"', "5 entries"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "A"', "starts with the row (1, 0, 1, 0, ...)"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "B"', "starts with d/2 zeros"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "D"', "turns faster than"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "E"', "starts with PE(1)"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "F"', "in degrees pair 0 would turn by pi/180"),
+    ("02_sinusoidal", "planted_bug_test", 'bug_evidence = [0.0, 0.0898, 0.0099, 0.001, 0.0]\nplanted_bug = "G"', "must be one of"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "cos(10) + cos(10/10000^(1/3)) + cos(10/10000^(2/3))"',
+     "that is the dot product"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3 - 2*(cos(10) + cos(10/10000^(1/3)) + cos(10/10000^(2/3)))"',
+     "there are two rows"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "6 - cos(10) - cos(10/10000^(1/3)) - cos(10/10000^(2/3))"',
+     "the factor 2 of the cross term"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3 - cos(10) - cos(10/10000^(1/3)) - cos(10/10000^(2/3))"',
+     "half the squared distance"),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "2*cos(10) + 2*cos(10/10000^(1/3)) + 2*cos(10/10000^(2/3))"',
-        "every pair is counted twice",
-    ),
-    (
-        "02_sinusoidal",
-        "dot_test",
-        'pe_dot_d6_at_k = "cos(10) + cos(10/10000^(2/3)) + cos(10/10000^(4/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10) - 2*cos(10/10000^(2/3)) - 2*cos(10/10000^(4/3))"',
         "the exponent is doubled",
     ),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10) + cos(10/10000^(1/6)) + cos(10/10000^(1/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10) - 2*cos(10/10000^(1/6)) - 2*cos(10/10000^(1/3))"',
         "the exponent runs over features",
     ),
     (
         "02_sinusoidal",
         "dot_test",
-        'pe_dot_d6_at_k = "cos(10*pi/180) + cos(10*pi/180/10000^(1/3)) + cos(10*pi/180/10000^(2/3))"',
+        'pe_gap_d6_at_k = "6 - 2*cos(10*pi/180) - 2*cos(10*pi/180/10000^(1/3)) - 2*cos(10*pi/180/10000^(2/3))"',
         "treated as degrees",
     ),
-    ("02_sinusoidal", "dot_test", 'pe_dot_d6_at_k = "1.054895"', "numerically close"),
+    ("02_sinusoidal", "dot_test", 'pe_gap_d6_at_k = "3.890210"', "numerically close"),
     (
         "03_learned",
         "learned_test",
@@ -412,16 +428,20 @@ def test_each_plausible_wrong_answer_fails_with_the_message_naming_its_mistake(
 # ------------------------------------------------------------------------------ the constants, derived again
 
 
-def test_causal_outputs_are_what_the_reference_attention_computes():
+def test_counting_outputs_are_what_the_reference_attention_computes_with_the_prefix_mask():
     from posenc_ref.attention import attention
 
     values = torch.tensor([3.0] + [1.0] * 7, dtype=torch.float64).reshape(1, 1, 8, 1)
     zeros = torch.zeros(1, 1, 8, 1, dtype=torch.float64)  # all queries and keys zero: every score equal
-    causal = attention(zeros, zeros, values, causal=True).flatten().tolist()
+    allowed = torch.ones(8, 8, dtype=torch.bool).tril()
+    allowed[:, :3] = True  # the answer key's prefix k = 3: every query sees the keys 0, 1, 2
+    prefix = attention(zeros, zeros, values, mask=allowed).flatten().tolist()
     constants = hidden_constants("01_permutation", "count_test")
-    assert causal == pytest.approx(constants["EXPECTED"], abs=1e-12)
+    assert prefix == pytest.approx(constants["EXPECTED"], abs=1e-12)
+    causal = attention(zeros, zeros, values, causal=True).flatten().tolist()
+    assert causal == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
     unmasked = attention(zeros, zeros, values).flatten().tolist()
-    assert unmasked == pytest.approx(constants["MISTAKES"][0][1], abs=1e-12)
+    assert unmasked == pytest.approx(constants["MISTAKES"][2][1], abs=1e-12)
 
 
 def test_prefix_outputs_are_what_the_reference_attention_computes_with_that_mask():
@@ -521,34 +541,42 @@ def test_the_first_full_turn_is_read_from_the_table():
 def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     from posenc_ref.sinusoidal import shift_matrix, sinusoidal_table
 
-    namespace: dict = {"my_parameters": {"2.6": {"submission": 1}}}  # the one answer key's submission
+    namespace: dict = {"my_parameters": {"2.6": {"submission": 26}}}  # the one answer key's submission
     exec(source_cells("02_sinusoidal")["planted_bug_code"], namespace)  # noqa: S102
     d = 8
-    candidate = namespace["candidate_table"](64, d).double()  # (64, 8)
-    right = sinusoidal_table(64, d, dtype=torch.float64)
+    assert namespace["base"] == 10000.0
+    candidate = namespace["table"].double()  # (32, 8)
+    assert tuple(candidate.shape) == (32, d)
+    right = sinusoidal_table(32, d, dtype=torch.float64)
     assert torch.allclose(candidate[0], right[0])  # PE(0): not swapped (A), not halves (B), not shifted (E)
     moved = candidate[:-5] @ shift_matrix(5, d).T  # rows p moved by M_5
     gap = (moved - candidate[5:]).abs().amax(dim=0)  # (8,): per feature
-    assert gap[:2].max() < 1e-6 and gap[2:4].min() > 0.1  # pair 0 is right (not F); pair 1 breaks the property
+    assert gap[:2].max() < 1e-5 and gap[2:4].min() > 0.1  # pair 0 is right (not F); pair 1 breaks the property
     turn = math.atan2(candidate[1, 2].item(), candidate[1, 3].item())
-    assert turn == pytest.approx(0.01, abs=1e-6)  # pair 1 turns slower than 0.1 (so not D): 10000**(-4/8)
+    assert turn == pytest.approx(0.01, abs=1e-5)  # pair 1 turns slower than 0.1 (so not D): 10000**(-4/8)
     doubled = 10000.0 ** (-4 * torch.arange(d // 2, dtype=torch.float64) / d)  # (4,)
-    angles = torch.arange(64, dtype=torch.float64)[:, None] * doubled  # (64, 4)
-    expected = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).reshape(64, d)
-    assert torch.allclose(candidate, expected, atol=1e-6)
-    assert hidden_constants("02_sinusoidal", "planted_bug_test")["EXPECTED"] == "C"
+    angles = torch.arange(32, dtype=torch.float64)[:, None] * doubled  # (32, 4)
+    expected = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).reshape(32, d)
+    assert torch.allclose(candidate, expected, atol=1e-5)
+    constants = hidden_constants("02_sinusoidal", "planted_bug_test")
+    assert constants["EXPECTED"] == "C"
+    # The evidence: per pair the largest |T[p+1] - M_1 T[p]|, then |T[0] - PE(0)|, measured here with the formula
+    residual = [max(abs(math.sin((p + 1) * w) - math.sin(p * w + 10000 ** (-i / 4))) for p in range(31)
+                    for w in [10000.0 ** (-i / 2)]) for i in range(4)]
+    assert constants["EXPECTED_EVIDENCE"][0] < 1e-5 and constants["EXPECTED_EVIDENCE"][4] == 0
+    assert constants["EXPECTED_EVIDENCE"][1:4] == pytest.approx(residual[1:4], abs=2e-3)
 
 
-def test_the_dot_product_at_distance_ten_is_the_expected_expression():
+def test_the_squared_distance_at_distance_ten_is_the_expected_expression():
     import sympy
 
     from posenc_ref.sinusoidal import sinusoidal_table
 
     table = sinusoidal_table(60, 6, dtype=torch.float64)
-    dots = (table[:-10] * table[10:]).sum(dim=-1)  # (50,): PE(p) . PE(p + 10)
+    gaps = ((table[10:] - table[:-10]) ** 2).sum(dim=-1)  # (50,): |PE(p + 10) - PE(p)|^2
     [expected] = hidden_constants("02_sinusoidal", "dot_test")["EXPECTED"]
     value = float(sympy.sympify(expected))
-    assert dots.tolist() == pytest.approx([value] * 50, abs=1e-12)
+    assert gaps.tolist() == pytest.approx([value] * 50, abs=1e-12)
 
 
 def packed_position_ids(documents: list[int], context: int) -> list[list[int]]:

@@ -3,6 +3,7 @@ or computes an answer, whose Python imports nothing of the grader's side, and wh
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -104,6 +105,121 @@ def test_the_search_finds_the_answer_key_where_the_instructor_keeps_it(answer_ke
 def test_no_file_of_the_edition_holds_the_answer_key(edition, answer_key):
     found = {name: hits for name, needles in answer_key.items() if (hits := holding(edition, needles))}
     assert found == {}
+
+
+# ------------------------------------------------------------------------------------ 2.6's submissions
+
+# The words of a bug's description (the arguments of a table built with one thing changed, and the bugs' names).
+BUG_WORDS = ("swap", "halves", "exponent", "degrees", "shift", "bug")
+
+
+def _names_a_bug(name: str) -> bool:
+    """Whether the identifier or key ``name`` has a word of :data:`BUG_WORDS` among its parts (``swap``,
+    ``half_swap``, ``exponent``; not ``debugger``)."""
+    return any(part.rstrip("s") in {word.rstrip("s") for word in BUG_WORDS} for part in name.lower().split("_"))
+
+
+def _numbers_only(node: ast.AST) -> bool:
+    """Whether ``node`` is a literal of numbers only: a number (not a bool), a negated one, a tuple or list of them."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) in (int, float)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _numbers_only(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_numbers_only(element) for element in node.elts)
+    return False
+
+
+def _answer_maps(source: str, where: str, numbers: set[int]) -> list[str]:
+    """Every place of the Python ``source`` that maps submission numbers to anything but numbers: a dict display
+    with two or more of ``numbers`` among its keys and a value that is not numbers only (a letter, a flag, a dict
+    of flags, a name, a call), a dict whose keys name a bug, a call or function whose
+    switches (keyword arguments given a constant, parameters with a default) name a bug, and a comparison of a number with a submission number that chooses a branch."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Dict):
+            keys = {key.value for key in node.keys if isinstance(key, ast.Constant) and type(key.value) is int}
+            if len(keys & numbers) >= 2 and not all(_numbers_only(value) for value in node.values):
+                found.append(f"{line}: a dict from submission numbers to something other than numbers")
+            words = {key.value for key in node.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+            if any(_names_a_bug(key) for key in words):
+                found.append(f"{line}: a dict whose keys name a bug ({sorted(words)})")
+        elif isinstance(node, ast.Call):
+            named = [keyword.arg for keyword in node.keywords if keyword.arg and isinstance(keyword.value, ast.Constant)]
+            if any(_names_a_bug(name) for name in named):
+                found.append(f"{line}: a call whose arguments name a bug ({named})")
+        elif isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            positional = [*node.args.posonlyargs, *node.args.args]
+            defaulted = [argument.arg for argument in positional[len(positional) - len(node.args.defaults):]]
+            defaulted += [argument.arg for argument, default in zip(node.args.kwonlyargs, node.args.kw_defaults)
+                          if default is not None]
+            if any(_names_a_bug(name) for name in defaulted):
+                found.append(f"{line}: a function whose switches name a bug ({defaulted})")
+        elif isinstance(node, ast.Compare):
+            constants = {part.value for part in [node.left, *node.comparators]
+                         if isinstance(part, ast.Constant) and type(part.value) is int}
+            if constants & numbers and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In)) for op in node.ops):
+                found.append(f"{line}: a comparison with submission number(s) {sorted(constants & numbers)}")
+    return found
+
+
+def _edition_answer_maps(edition: Path) -> list[str]:
+    """:func:`_answer_maps` over the edition's Python files under ``autograder/`` and its notebooks' code cells."""
+    from autograder.parameters import varied_item
+
+    numbers = set(varied_item("02_sinusoidal", "2.6").choices["submission"])
+    found = []
+    for path in sorted((edition / "autograder").rglob("*.py")):
+        found += _answer_maps(path.read_text(encoding="utf-8"), path.relative_to(edition).as_posix(), numbers)
+    for path in sorted((edition / "notebooks").glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type == "code":
+                source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+                found += _answer_maps(source, f"{path.name} cell {index}", numbers)
+    return found
+
+
+@pytest.fixture(scope="module")
+def edition_by_command(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("publish_command") / "edition"
+    completed = subprocess.run([sys.executable, "-m", "autograder", "publish", "--out", str(out)],
+                               cwd=REPOSITORY, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return out
+
+
+def test_the_edition_maps_no_submission_to_a_bug(edition_by_command):
+    assert (edition_by_command / "autograder" / "submitted_tables.py").is_file()  # the submissions are there
+    assert _edition_answer_maps(edition_by_command) == []
+
+
+@pytest.mark.parametrize("planted", [
+    # The submissions as the edition once shipped them: flags by number, and the closure that builds a table
+    ('SUBMITTED = {1: {"exponent": 4.0}, 2: {"shift": 1}, 3: {"swap": True}}\n'
+     "def submitted_table(number):\n"
+     "    flags = SUBMITTED[number]\n"
+     "    def candidate_table(length, d, base=10000.0):\n"
+     "        return table_with(length, d, base, **flags)\n"
+     "    return candidate_table\n"),
+    'BUG_OF = {26: "C", 51: "A", 75: "F"}\n',
+    "BUG_OF = {26: ('C', 10000.0), 51: ('A', 2000.0)}\n",
+    "def table(number):\n    return pe(number, 8, degrees=True)\n",
+    "def which(number):\n    return 'swapped' if number == 51 else 'right'\n",
+    "PARTS = {'swap': (51, 87), 'halves': (93, 90)}\n",
+])
+def test_the_search_for_answer_maps_finds_them(tmp_path, edition_by_command, planted):
+    planted_edition = tmp_path / "edition"
+    for relative in ("autograder/parameters.py", "autograder/submitted_tables.py"):
+        (planted_edition / relative).parent.mkdir(parents=True, exist_ok=True)
+        (planted_edition / relative).write_bytes((edition_by_command / relative).read_bytes())
+    (planted_edition / "notebooks").mkdir()
+    assert _edition_answer_maps(planted_edition) == []
+    (planted_edition / "autograder" / "submitted_tables.py").write_text(
+        (edition_by_command / "autograder" / "submitted_tables.py").read_text(encoding="utf-8") + "\n" + planted,
+        encoding="utf-8")
+    assert _edition_answer_maps(planted_edition) != []
 
 
 # ------------------------------------------------------------------------------------ imports

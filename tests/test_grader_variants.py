@@ -22,7 +22,7 @@ from planted import ROOT, filled, run_module, solutions
 
 import autograder.parameters as student_side
 from autograder.parameters import declared_student_id, draw, parameters_for, your_parameters
-from autograder.submitted_tables import submitted_table
+from autograder.submitted_tables import submitted_base, submitted_table
 from autograder.variants import variants_of
 from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
 
@@ -80,25 +80,39 @@ def value(expression: str) -> float:
 
 def literal_answers(parameters: dict[str, dict]) -> dict[str, str]:
     """Answer cells with numbers typed in (as a student who computed by hand), for these parameters."""
-    p2, p3 = parameters["2.2"]["position"], parameters["2.3"]["position"]
+    p2, p3 = parameters["2.1"]["position"], parameters["2.2"]["position"]
     base, k = parameters["2.5"]["base"], parameters["2.7"]["distance"]
     d6 = [f"{f}({p3}*10000^(-{i}/3))" for i in range(3) for f in ("sin", "cos")]
-    moved = farthest_pair(7, parameters["2.1"]["distance"])
+    moved = farthest_pair(7, parameters["2.3"]["distance"])
     return {
         "most_moved_answer": f"most_moved = {[moved[0], round(moved[1], 4)]}",
         "pe_d4_at_p_answer": f"pe_d4_at_p = {[round(x, 4) for x in pe(p2, 4)]}",
         "pe_d6_at_p_answer": f"pe_d6_at_p = {d6}",
         "first_turn_answer": f"first_full_turn = {first_full_turn(base)}",
-        "dot_answer": f'pe_dot_d6_at_k = "{" + ".join(f"cos({k}*10000^(-{i}/3))" for i in range(3))}"',
-        "planted_bug_answer": f"planted_bug = {diagnosed(parameters['2.6']['submission'])!r}",
+        "dot_answer": f'pe_gap_d6_at_k = "{" + ".join(f"4*sin({k}*10000^(-{i}/3)/2)^2" for i in range(3))}"',
+        "planted_bug_answer": (f"bug_evidence = {[round(x, 4) for x in measured_evidence(parameters['2.6']['submission'])]}\n"
+                               f"planted_bug = {diagnosed(parameters['2.6']['submission'])!r}"),
     }
 
 
 def diagnosed(submission: int) -> str:
-    """The bug of a submission of 2.6, found by comparing its table with the six tables built here."""
-    candidate = submitted_table(submission)(64, 8).double()
-    (letter,) = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
+    """The bug of a submission of 2.6, found by comparing its table with the six tables built here at its base."""
+    candidate = submitted_table(submission).double()
+    (letter,) = [letter for letter, table in bug_tables(32, 8, submitted_base(submission)).items()
+                 if torch.allclose(candidate, table, atol=1e-5)]
     return letter
+
+
+def measured_evidence(submission: int) -> list[float]:
+    """2.6's evidence measured here with posenc_ref's shift matrix: per pair the largest |T[p+1] - M_1 T[p]|, then
+    the largest |T[0] - PE(0)|."""
+    from posenc_ref.sinusoidal import shift_matrix
+
+    table, base = submitted_table(submission).double(), submitted_base(submission)
+    moved = shift_matrix(1, 8, base=base, dtype=torch.float64) @ table[:-1].T  # (8, 31): column p is M_1 T[p]
+    residual = (table[1:] - moved.T).abs()  # (31, 8)
+    return [residual[:, 2 * i : 2 * i + 2].max().item() for i in range(4)] + [
+        max(abs(a - b) for a, b in zip(table[0].tolist(), pe(0, 8), strict=True))]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -118,9 +132,9 @@ def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
 
 def test_variants_off_gives_every_student_the_first_allowed_values():
     off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
-    assert off[0] == off[1] == off[2] == {"2.1": {"distance": 13}, "2.2": {"position": 7},
-                                          "2.3": {"position": 3}, "2.5": {"base": 10000},
-                                          "2.6": {"submission": 1},
+    assert off[0] == off[1] == off[2] == {"2.1": {"position": 7}, "2.2": {"position": 3},
+                                          "2.3": {"distance": 13}, "2.5": {"base": 10000},
+                                          "2.6": {"submission": 26},
                                           "2.7": {"distance": 10}}
 
 
@@ -156,11 +170,28 @@ def numbers_or_values(values):
     return [value(x) if isinstance(x, str) else float(x) for x in values]
 
 
+def same_constant(first, second) -> bool:
+    """Whether two constants are equal, numbers to 1e-9 (the hidden test's literals are written to 12 digits)."""
+    if isinstance(first, bool) or isinstance(second, bool) or isinstance(first, str) or isinstance(second, str):
+        return first == second
+    if isinstance(first, int | float) and isinstance(second, int | float):
+        return second == pytest.approx(first, rel=1e-10, abs=1e-9)
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(same_constant(first[key], second[key]) for key in first)
+    if isinstance(first, list | tuple) and isinstance(second, list | tuple):
+        return len(first) == len(second) and all(same_constant(a, b) for a, b in zip(first, second, strict=True))
+    return first == second
+
+
 @pytest.mark.parametrize("variant", ALL_VARIANTS, ids=lambda variant: variant.item)
 def test_the_answer_key_reproduces_the_literal_constants_of_the_hidden_test(variant):
     literal = hidden_constants(variant.assignment, variant.test_cell)
     computed = variant.constants(variant.answer_key)
     assert set(computed) <= set(literal), "the grader would add constants the hidden test does not have"
+    for name in set(computed) - {"EXPECTED", "MISTAKES"}:  # 2.6's evidence, 1.5's maps, 1.6's task, ...
+        assert same_constant(computed[name], literal[name]), name
+    if "EXPECTED" not in computed:
+        return
     if isinstance(computed["MISTAKES"], dict):  # a choice: the letter, and what testing shows against the others
         assert (computed["EXPECTED"], computed["MISTAKES"]) == (literal["EXPECTED"], literal["MISTAKES"])
         return
@@ -180,10 +211,20 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     answers = set()
     for values in itertools.product(*variant.choices.values()):
         constants = variant.constants(dict(zip(variant.choices, values, strict=True)))
+        if "EXPECTED" not in constants:  # 1.5's maps, 1.6's task: an answer of their own, checked below
+            answers.add(repr(sorted(constants.items())))
+            continue
         expected = numbers_or_values(constants["EXPECTED"])
+        if not isinstance(expected, str) and any(len(numbers_or_values(wrong)) != len(expected)
+                                                 for _, wrong in constants["MISTAKES"]):
+            # a set of whole numbers (1.4's rows): a mistake is another set
+            answers.add(tuple(expected))
+            assert all(numbers_or_values(wrong) != expected for _, wrong in constants["MISTAKES"]), values
+            continue
         if isinstance(expected, str):  # a choice: the right letter is never among the named mistakes
             assert expected not in constants["MISTAKES"], values
-            answers.add(expected)
+            evidence = constants.get("EXPECTED_EVIDENCE", ())  # 2.6: the letter with its measured evidence
+            answers.add((expected, tuple(round(x, 2) for x in evidence)))
             continue
         answers.add(tuple(round(x / max(tolerance, 1e-9)) for x in expected))
         for why, wrong in constants["MISTAKES"]:
@@ -194,9 +235,9 @@ def test_for_every_allowed_combination_no_mistake_is_graded_as_right(variant):
     assert len(answers) >= 0.6 * combinations, f"only {len(answers)} answers for {combinations} combinations"
 
 
-@pytest.mark.parametrize("distance", VARIED["2.1"].choices["distance"])
+@pytest.mark.parametrize("distance", VARIED["2.3"].choices["distance"])
 def test_the_farthest_pair_is_measured_on_two_rows_whatever_the_position(distance):
-    expected = VARIED["2.1"].constants({"distance": distance})["EXPECTED"]
+    expected = VARIED["2.3"].constants({"distance": distance})["EXPECTED"]
     for position in (0, 3, 100, 5000):  # the same pair and distance wherever the two rows stand
         pair, moved, margin = farthest_pair(position, distance)
         assert expected[0] == pair != 0 and expected[1] == pytest.approx(moved, abs=1e-9)
@@ -204,22 +245,22 @@ def test_the_farthest_pair_is_measured_on_two_rows_whatever_the_position(distanc
 
 
 def test_no_student_draws_a_position_that_the_book_works_out():
-    assert 0 not in VARIED["2.2"].choices["position"] and 1 not in VARIED["2.2"].choices["position"]
-    assert 2 not in VARIED["2.3"].choices["position"]
+    assert 0 not in VARIED["2.1"].choices["position"] and 1 not in VARIED["2.1"].choices["position"]
+    assert 2 not in VARIED["2.2"].choices["position"]
 
 
-@pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
+@pytest.mark.parametrize("position", VARIED["2.1"].choices["position"])
 def test_pe_d4_matches_the_formula_and_every_mistake_is_told_apart(position):
-    constants = VARIED["2.2"].constants({"position": position})
+    constants = VARIED["2.1"].constants({"position": position})
     assert constants["EXPECTED"] == pytest.approx(pe(position, 4), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
         # 1.5 times the tolerance of two decimals: a mistake is never graded as right
         assert max(abs(a - b) for a, b in zip(wrong, pe(position, 4), strict=True)) > 0.0075, (position, why)
 
 
-@pytest.mark.parametrize("position", VARIED["2.3"].choices["position"])
+@pytest.mark.parametrize("position", VARIED["2.2"].choices["position"])
 def test_pe_d6_expressions_equal_the_formula_and_every_mistake_differs(position):
-    constants = VARIED["2.3"].constants({"position": position})
+    constants = VARIED["2.2"].constants({"position": position})
     assert [value(x) for x in constants["EXPECTED"]] == pytest.approx(pe(position, 6), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
         gaps = [abs(value(a) - b) for a, b in zip(wrong, pe(position, 6), strict=True)]
@@ -236,12 +277,12 @@ def test_first_full_turn_matches_counting_and_no_wavelength_is_near_a_whole_numb
         assert max(abs(a - b) for a, b in zip(wrong, constants["EXPECTED"], strict=True)) > 0.01, (base, why)
 
 
-def bug_tables(length: int, d: int) -> dict[str, torch.Tensor]:
+def bug_tables(length: int, d: int, base: float = 10000.0) -> dict[str, torch.Tensor]:
     """The table with each bug of 2.6's list, built here from the formula."""
     def table(*, swap=False, halves=False, exponent=2, shift=0, degrees=False):
         rows = []
         for p in range(shift, length + shift):
-            angles = [p * 10000.0 ** (-exponent * i / d) * (math.pi / 180 if degrees else 1) for i in range(d // 2)]
+            angles = [p * base ** (-exponent * i / d) * (math.pi / 180 if degrees else 1) for i in range(d // 2)]
             first = [math.cos(a) if swap else math.sin(a) for a in angles]
             second = [math.sin(a) if swap else math.cos(a) for a in angles]
             rows.append(first + second if halves else [x for pair in zip(first, second, strict=True) for x in pair])
@@ -253,23 +294,54 @@ def bug_tables(length: int, d: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("submission", VARIED["2.6"].choices["submission"])
 def test_each_submission_has_the_bug_the_grader_expects_and_the_model_diagnosis_finds_it(submission):
-    candidate = submitted_table(submission)(64, 8).double()  # (64, 8)
-    matching = [letter for letter, table in bug_tables(64, 8).items() if torch.allclose(candidate, table, atol=1e-6)]
-    expected = VARIED["2.6"].constants({"submission": submission})["EXPECTED"]
-    assert matching == [expected]
+    candidate = submitted_table(submission).double()  # (32, 8)
+    assert tuple(candidate.shape) == (32, 8)
+    matching = [letter for letter, table in bug_tables(32, 8, submitted_base(submission)).items()
+                if torch.allclose(candidate, table, atol=1e-5)]
+    constants = VARIED["2.6"].constants({"submission": submission})
+    assert matching == [constants["EXPECTED"]]
+    evidence = measured_evidence(submission)
+    assert constants["EXPECTED_EVIDENCE"] == pytest.approx(evidence, abs=1e-6)  # the student measures the float32 table
+    for why, wrong in constants["MISTAKES_EVIDENCE"]:
+        assert max(abs(a - b) for a, b in zip(wrong, evidence, strict=True)) > 0.01, (submission, why)
     cells = source_cells(ASSIGNMENT)
     namespace = {"my_parameters": {"2.6": {"submission": submission}}}
     for grade_id in ("imports", "planted_bug_code", "planted_bug_answer"):
         exec(cells[grade_id], namespace)  # noqa: S102 (source/: trusted)
-    assert namespace["planted_bug"] == expected
+    assert namespace["planted_bug"] == constants["EXPECTED"]
+    assert namespace["bug_evidence"] == pytest.approx(evidence, abs=1e-6)
+
+
+def test_every_bug_has_two_submissions_at_two_bases_and_the_numbers_say_nothing():
+    bugs = {number: diagnosed(number) for number in VARIED["2.6"].choices["submission"]}
+    assert sorted(bugs.values()) == sorted("ABCDEF" * 2)
+    for letter in "ABCDEF":
+        bases = [submitted_base(number) for number, found in bugs.items() if found == letter]
+        assert len(set(bases)) == 2, letter
+    assert VARIED["2.6"].answer_key == {"submission": 26} and bugs[26] == "C"  # the hidden test's literal
+
+
+def test_the_shipped_tables_are_the_graders_tables_as_numbers_only():
+    from autograder.variants.sinusoidal import submitted_tables_source
+
+    shipped = (ROOT / "autograder" / "submitted_tables.py").read_text(encoding="utf-8")
+    assert shipped == submitted_tables_source()
+    for word in ("swap", "halves", "exponent", "degrees", "shift", "bug =", "BUGS", "letter"):
+        assert word not in shipped, word
+
+
+def gap_at_distance(k: int) -> float:
+    """|PE(p + k) - PE(p)|^2 for d = 6, computed from two rows (p = 3)."""
+    return sum((a - b) ** 2 for a, b in zip(pe(3, 6), pe(3 + k, 6), strict=True))
 
 
 @pytest.mark.parametrize("distance", VARIED["2.7"].choices["distance"])
-def test_dot_product_equals_two_rows_of_the_table_and_every_mistake_differs(distance):
+def test_squared_distance_equals_two_rows_of_the_table_and_every_mistake_differs(distance):
     constants = VARIED["2.7"].constants({"distance": distance})
-    assert value(constants["EXPECTED"][0]) == pytest.approx(dot_at_distance(distance), abs=1e-12)
+    assert value(constants["EXPECTED"][0]) == pytest.approx(gap_at_distance(distance), abs=1e-12)
+    assert gap_at_distance(distance) == pytest.approx(6 - 2 * dot_at_distance(distance), abs=1e-12)
     for why, wrong in constants["MISTAKES"]:
-        assert abs(value(wrong[0]) - dot_at_distance(distance)) > 1e-4, (distance, why)
+        assert abs(value(wrong[0]) - gap_at_distance(distance)) > 1e-4, (distance, why)
 
 
 # Chapters 1, 3 and 6
@@ -280,11 +352,123 @@ def by_item(item: str):
 
 
 @pytest.mark.parametrize("values", by_item("1.7").choices["values"])
-def test_causal_counting_matches_the_average_of_the_visible_values(values):
+@pytest.mark.parametrize("prefix", by_item("1.7").choices["prefix"])
+def test_prefix_counting_matches_the_average_of_the_visible_values(values, prefix):
     first, others = values
     sequence = [first] + [others] * 7
-    averages = [sum(sequence[: p + 1]) / (p + 1) for p in range(8)]  # query p sees the keys 0..p, equally
-    assert by_item("1.7").constants({"values": values})["EXPECTED"] == pytest.approx(averages, abs=1e-12)
+    seen = [[j for j in range(8) if j <= p or j < prefix] for p in range(8)]  # the keys each query sees, equally
+    averages = [sum(sequence[j] for j in keys) / len(keys) for keys in seen]
+    constants = by_item("1.7").constants({"values": values, "prefix": prefix})
+    assert constants["EXPECTED"] == pytest.approx(averages, abs=1e-12)
+    causal = [sum(sequence[: p + 1]) / (p + 1) for p in range(8)]
+    assert max(abs(a - b) for a, b in zip(causal, averages, strict=True)) > 0.05  # the prefix matters for everyone
+    for why, wrong in constants["MISTAKES"]:
+        assert max(abs(a - b) for a, b in zip(wrong, averages, strict=True)) > 0.0075, (values, prefix, why)
+
+
+def masked_attention_rows(x, weights, prefix):
+    """One head with the prefix mask, written here: softmax(q k^T / sqrt(d) with -inf where j > i and j >= k) v."""
+    w_query, w_key, w_value = weights
+    scores = (x @ w_query) @ (x @ w_key).T / math.sqrt(w_key.shape[1])
+    n = x.shape[0]
+    hidden = torch.tensor([[j > i and j >= prefix for j in range(n)] for i in range(n)])
+    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ (x @ w_value)
+
+
+@pytest.mark.parametrize("setting", by_item("1.4").choices["setting"])
+def test_the_rows_that_agree_are_measured_on_a_masked_head(setting):
+    prefix, shuffle = setting
+    generator = torch.Generator().manual_seed(sum(shuffle) + 10 * prefix)
+    x = torch.randn(6, 4, dtype=torch.float64, generator=generator)
+    weights = [torch.randn(4, 4, dtype=torch.float64, generator=generator) / 2 for _ in range(3)]  # no saturation
+    order = list(shuffle)
+    gaps = (masked_attention_rows(x[order], weights, prefix) - masked_attention_rows(x, weights, prefix)[order]).abs()
+    measured = [row for row in range(6) if gaps[row].max() < 1e-12]
+    assert all(gaps[row].max() > 1e-3 for row in range(6) if row not in measured), gaps.amax(dim=1)
+    constants = by_item("1.4").constants({"setting": setting})
+    assert constants["EXPECTED"] == measured
+    kept = [row for row in range(6) if shuffle[row] == row]
+    assert measured != kept and measured != list(range(6)) and measured != []
+    assert all(wrong != measured for _, wrong in constants["MISTAKES"])
+
+
+def pool_maps() -> dict[str, object]:
+    """Each map of 1.5's pool, written here as a function of (n, d) tensors (a small random head where needed)."""
+    generator = torch.Generator().manual_seed(5)
+    w = [torch.randn(3, 3, dtype=torch.float64, generator=generator) for _ in range(4)]
+    table = torch.randn(6, 3, dtype=torch.float64, generator=generator)
+
+    def attention(x, hidden=None, bias=None):
+        scores = (x @ w[0]) @ (x @ w[1]).T
+        scores = scores + bias if bias is not None else scores
+        scores = scores.masked_fill(hidden, float("-inf")) if hidden is not None else scores
+        return torch.softmax(scores, dim=-1) @ (x @ w[2])
+
+    index = torch.arange(6)
+    return {
+        "column_softmax": lambda x: torch.softmax(x, dim=0),
+        "minus_mean": lambda x: x - x.mean(dim=0),
+        "learned_table": lambda x: x + table,
+        "sort_rows": lambda x: x[torch.argsort(x[:, 0])],
+        "distance_bias": lambda x: attention(x, bias=-(index[:, None] - index[None, :]).abs().double()),
+        "plain_block": lambda x: torch.tanh(torch.nn.functional.layer_norm(x + attention(x), (3,)) @ w[3]),
+        "running_max": lambda x: torch.cummax(x, dim=0).values,
+        "not_itself": lambda x: attention(x, hidden=torch.eye(6, dtype=torch.bool)),
+        "kernel_one": lambda x: x @ w[3],
+        "reverse_rows": lambda x: x.flip(0),
+        "content_mask": lambda x: attention(x, hidden=x[None, :, 0] > x[:, None, 0]),
+        "add_previous": lambda x: torch.cat([x[:1], x[1:] + x[:-1]]),
+        "broadcast_max": lambda x: x.max(dim=0).values.expand(6, 3),
+        "scale_by_position": lambda x: x * (index[:, None] + 1),
+    }
+
+
+def test_every_map_of_the_pool_is_equivariant_exactly_when_the_grader_says_so():
+    from autograder.parameters import MAPS
+    from autograder.variants.permutation import EQUIVARIANT
+
+    maps = pool_maps()
+    assert set(maps) == set(MAPS) == set(EQUIVARIANT)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(6, 3, dtype=torch.float64, generator=generator)
+    shuffle = [2, 0, 5, 1, 3, 4]
+    for name, f in maps.items():
+        gap = (f(x[shuffle]) - f(x)[shuffle]).abs().max().item()
+        assert (gap < 1e-10) == EQUIVARIANT[name][0], (name, gap)
+
+
+@pytest.mark.parametrize("maps", by_item("1.5").choices["maps"])
+def test_the_letters_of_each_list_are_its_equivariant_maps(maps):
+    from autograder.variants.permutation import EQUIVARIANT
+
+    constants = by_item("1.5").constants({"maps": maps})
+    assert len(maps) == len(set(maps)) == 8
+    assert constants["EXPECTED_MAPS"] == "".join(letter for letter, name in zip("abcdefgh", maps, strict=True)
+                                                 if EQUIVARIANT[name][0])
+    assert 3 <= len(constants["EXPECTED_MAPS"]) <= 5  # neither all nor none
+    assert sorted(constants["EXPECTED_WHY"]) == list("abcdefgh")
+
+
+DECIDES = {  # 1.6's properties, written here
+    "palindrome": lambda s: list(s) == list(reversed(s)),
+    "never_decreasing": lambda s: list(s) == sorted(s),
+    "first_below_last": lambda s: s[0] < s[-1],
+    "adjacent_pair": lambda s: len(set(itertools.pairwise(s)) & {(t, t) for t in range(10)}) > 0,
+}
+
+
+@pytest.mark.parametrize("verdict", by_item("1.6").choices["verdict"])
+@pytest.mark.parametrize("length", by_item("1.6").choices["length"])
+def test_the_model_pair_of_every_task_fools_the_classifier(verdict, length):
+    assert set(DECIDES) == set(by_item("1.6").choices["verdict"])
+    assert by_item("1.6").constants({"verdict": verdict, "length": length}) == {"EXPECTED_VERDICT": verdict,
+                                                                                "EXPECTED_LENGTH": length}
+    namespace = {"my_parameters": {"1.6": {"verdict": verdict, "length": length}}}
+    exec(source_cells("01_permutation")["blind_answer"], namespace)  # noqa: S102 (source/: trusted)
+    first, second = namespace["blind_pair"]
+    assert len(first) == len(second) == length and set(first + second) <= set(range(10))
+    assert sorted(first) == sorted(second) and first != second
+    assert DECIDES[verdict](first) != DECIDES[verdict](second)
 
 
 @pytest.mark.parametrize("rows", by_item("3.6").choices["rows"])
@@ -450,7 +634,7 @@ def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, c
     mine = your_parameters(ASSIGNMENT, "ana")
     printed = capsys.readouterr().out
     assert "Student ID: ana (STUDENT_ID)" in printed
-    assert f"Your parameters for 2.2: position p = {draw(VARIED['2.2'], 'ana')['position']}" in printed
+    assert f"Your parameters for 2.1: position p = {draw(VARIED['2.1'], 'ana')['position']}" in printed
     assert mine["2.7"] == draw(VARIED["2.7"], "ana")
     hub = your_parameters(ASSIGNMENT, "")
     assert "Student ID: hubuser ($JUPYTERHUB_USER)" in capsys.readouterr().out
@@ -466,7 +650,7 @@ def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, c
 def test_an_empty_id_says_what_to_do(monkeypatch, capsys):
     monkeypatch.delenv("AUTOGRADER_GRADING", raising=False)
     monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
-    your_parameters(ASSIGNMENT, "  ").show("2.2")
+    your_parameters(ASSIGNMENT, "  ").show("2.1")
     printed = capsys.readouterr().out
     assert "STUDENT_ID is empty: write your student ID" in printed and "(set STUDENT_ID first!)" in printed
 
@@ -475,9 +659,9 @@ def test_while_grading_the_folder_decides_and_the_switch_is_obeyed(monkeypatch, 
     monkeypatch.setenv("AUTOGRADER_GRADING", "1")
     monkeypatch.setenv("AUTOGRADER_STUDENT_ID", "ben")
     monkeypatch.setenv("AUTOGRADER_VARIANTS", "1")
-    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == draw(VARIED["2.2"], "ben")
+    assert your_parameters(ASSIGNMENT, "ana")["2.1"] == draw(VARIED["2.1"], "ben")
     monkeypatch.setenv("AUTOGRADER_VARIANTS", "0")
-    assert your_parameters(ASSIGNMENT, "ana")["2.2"] == VARIED["2.2"].answer_key
+    assert your_parameters(ASSIGNMENT, "ana")["2.1"] == VARIED["2.1"].answer_key
     assert "Variants are turned off" in capsys.readouterr().out
 
 
@@ -511,7 +695,7 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
     for item, variant in VARIED.items():
         line = f"Your parameters for {item}: {variant.describe(draw(variant, 'ana'))}"
         assert line in outputs["my_parameters"] and outputs[f"parameters_{item.replace('.', '_')}"].strip() == line
-    assert "2.2 not answered yet" in outputs["pe_d4_at_p_test"]  # the notebook runs on past unanswered items
+    assert "2.1 not answered yet" in outputs["pe_d4_at_p_test"]  # the notebook runs on past unanswered items
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -531,8 +715,9 @@ def other_literal_answers(assignment: str, parameters: dict[str, dict]) -> dict[
     """Typed-in numbers for the varied items of every chapter (derived here, as in the tests above)."""
     if assignment == "01_permutation":
         first, others = parameters["1.7"]["values"]
-        sequence = [first] + [others] * 7
-        return {"count_answer": f"causal_outputs = {[round(sum(sequence[:p + 1]) / (p + 1), 3) for p in range(8)]}"}
+        sequence, prefix = [first] + [others] * 7, parameters["1.7"]["prefix"]
+        averages = [sum(sequence[: max(p, prefix - 1) + 1]) / (max(p, prefix - 1) + 1) for p in range(8)]
+        return {"count_answer": f"prefix_outputs = {[round(average, 3) for average in averages]}"}
     if assignment == "03_learned":
         packed = parameters["3.4"]
         document, context = parameters["3.5"]["document"], parameters["3.5"]["context"]

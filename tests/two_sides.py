@@ -163,8 +163,10 @@ def submission_bug_needles() -> set[str]:
     """Which bug each planted submission of 2.6 has, as :mod:`autograder.variants.sinusoidal` writes it."""
     from autograder.variants.sinusoidal import SUBMISSIONS, WRONG_LETTER
 
-    needles = {f"{number}: {letter!r}" for number, letter in SUBMISSIONS.items()}
-    needles |= {f'{number}: "{letter}"' for number, letter in SUBMISSIONS.items()}
+    needles = {f"{number}: {letter!r}" for number, (letter, _) in SUBMISSIONS.items()}
+    needles |= {f'{number}: "{letter}"' for number, (letter, _) in SUBMISSIONS.items()}
+    needles |= {f"{number}: ({letter!r}" for number, (letter, _) in SUBMISSIONS.items()}
+    needles |= {f'{number}: ("{letter}"' for number, (letter, _) in SUBMISSIONS.items()}
     needles |= {why[:40] for why in WRONG_LETTER.values()}
     return needles
 

@@ -3,19 +3,36 @@ r"""The varied items of chapter 2 (sinusoidal encoding), their parameters and ex
 With :math:`\omega_i = \text{base}^{-2i/d}`: :math:`\mathrm{PE}(p)_{2i} = \sin(p\,\omega_i)`,
 :math:`\mathrm{PE}(p)_{2i+1} = \cos(p\,\omega_i)`. The right values come from ``posenc_ref.sinusoidal``; the
 known mistakes (degrees, sin and cos swapped, the halves layout, a doubled exponent, an exponent over features)
-from :func:`autograder.submitted_tables.pe_with_mistake`, the same formula with one thing changed.
+from :func:`pe_with_mistake`, the same formula with one thing changed.
+
+2.6's submissions are tables of numbers in :mod:`autograder.submitted_tables` (the student's side), written by
+:func:`submitted_tables_source` from :data:`SUBMISSIONS`: which bug and which base each submission number has is
+known here only.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from autograder.submitted_tables import BASE, SUBMITTED, pe_with_mistake
 from autograder.variants import Variant, distinct_mistakes
 
 ASSIGNMENT = "02_sinusoidal"
+BASE = 10000.0
+
+
+def pe_with_mistake(position: int, d: int, *, exponent: float = 2.0, degrees: bool = False, swap: bool = False,
+                    halves: bool = False, base: float = BASE) -> list[float]:
+    """PE(position) for ``d`` with ``omega_i = base**(-exponent * i / d)``, one mistake switched on or none."""
+    angles = [position * base ** (-exponent * i / d) for i in range(d // 2)]
+    angles = [math.radians(angle) for angle in angles] if degrees else angles
+    first, second = ([math.cos(a) for a in angles], [math.sin(a) for a in angles]) if swap else (
+        [math.sin(a) for a in angles], [math.cos(a) for a in angles])
+    if halves:
+        return first + second
+    return [value for pair in zip(first, second, strict=True) for value in pair]
 
 DEGREES = "the angles were treated as degrees: p * omega_i is an angle in radians (math.sin and torch.sin take radians)"
 SWAPPED = ("sin and cos are swapped: the even features 2i hold sin(p * omega_i), the odd features 2i + 1 hold "
@@ -150,21 +167,31 @@ def dot_expression(scale: str, *, exponent: int = 2, factor: str = "") -> str:
     return " + ".join(f"{factor}cos({_angle(scale, i, 6, exponent)})" for i in range(3))
 
 
-def _dot(parameters: Mapping[str, Any]) -> dict[str, Any]:
+def gap_expression(scale: str, *, exponent: int = 2, norm: str = "6", factor: str = "2*") -> str:
+    """|PE(p + k) - PE(p)|^2 for d = 6: the two squared norms d/2 (``norm`` together) less ``factor`` times the dot
+    product, k given by ``scale``."""
+    return norm + "".join(f" - {factor}cos({_angle(scale, i, 6, exponent)})" for i in range(3))
+
+
+def _gap(parameters: Mapping[str, Any]) -> dict[str, Any]:
     k = str(parameters["distance"])
     return {
-        "EXPECTED": [dot_expression(k)],
+        "EXPECTED": [gap_expression(k)],
         "MISTAKES": [
-            (("this is the value at distance 0 (the squared norm d/2 of every row); at your distance each pair "
-             "contributes the cosine of the angle between its two points"),
-             ["3"]),
-            (("every pair is counted twice: each pair (sin, cos) contributes one cosine of the angle between its two "
-             "points, so there are d/2 terms, not d"),
-             [dot_expression(k, factor="2*")]),
+            (("that is the dot product PE(p) . PE(p + k) of the two rows; the squared distance is |PE(p + k)|^2 + "
+              "|PE(p)|^2 - 2 PE(p) . PE(p + k)"),
+             [dot_expression(k)]),
+            (("each row has the squared norm d/2 = 3, and there are two rows: |a - b|^2 = |a|^2 + |b|^2 - 2 a . b "
+              "starts with 3 + 3"),
+             [gap_expression(k, norm="3")]),
+            ("the factor 2 of the cross term is missing: |a - b|^2 = |a|^2 + |b|^2 - 2 a . b",
+             [gap_expression(k, factor="")]),
+            ("this is half the squared distance: each pair contributes 2 - 2 cos(k omega_i), not 1 - cos(k omega_i)",
+             [gap_expression(k, norm="3", factor="")]),
             ("the exponent is doubled: pair i has omega_i = base**(-2i/d) with i = 0, ..., d/2 - 1",
-             [dot_expression(k, exponent=4)]),
-            (FEATURES, [dot_expression(k, exponent=1)]),
-            ("the angles were treated as degrees: p * omega_i is an angle in radians", [dot_expression(f"{k}*pi/180")]),
+             [gap_expression(k, exponent=4)]),
+            (FEATURES, [gap_expression(k, exponent=1)]),
+            ("the angles were treated as degrees: p * omega_i is an angle in radians", [gap_expression(f"{k}*pi/180")]),
         ],
     }
 
@@ -181,34 +208,148 @@ BUGS = {  # letter: how the submitted table differs from the right one
     "E": {"shift": 1},
     "F": {"degrees": True},
 }
-# The bug of each submission of autograder.submitted_tables, by number: the parameter the notebook shows says
-# which submission, not which bug. Number 1 is the one answer key's (the doubled exponent).
-SUBMISSIONS = {number: letter for number, flags in SUBMITTED.items() for letter, bug in BUGS.items() if bug == flags}
+# The bug and the base of each submission of autograder.submitted_tables, by number: the student's side ships the
+# numbers of the tables only. Two submissions of each bug, at other bases; the numbers are a random sample of
+# 11..99, so that a number says nothing about its bug. Number 26 is the one answer key's (the doubled exponent).
+SUBMISSIONS: dict[int, tuple[str, float]] = {
+    26: ("C", 10000.0), 51: ("A", 2000.0), 75: ("F", 500.0), 76: ("E", 30000.0), 93: ("B", 10000.0),
+    24: ("D", 5000.0), 39: ("E", 1000.0), 87: ("A", 20000.0), 90: ("B", 800.0), 82: ("F", 50000.0),
+    64: ("D", 10000.0), 84: ("C", 3000.0),
+}
+ROWS, FEATURES_OF_TABLE = 32, 8  # every submitted table: PE(0), ..., PE(31) for d = 8
+DECIMALS = 6  # the tables are shipped rounded to 6 decimals
+
+
+def submission_rows(number: int) -> list[list[float]]:
+    """The rows of submission ``number``, rounded as shipped: row p is PE(p + shift) with the submission's bug."""
+    letter, base = SUBMISSIONS[number]
+    flags = dict(BUGS[letter])
+    shift = flags.pop("shift", 0)
+    return [[round(value, DECIMALS) + 0.0 for value in pe_with_mistake(p + shift, FEATURES_OF_TABLE, base=base, **flags)]
+            for p in range(ROWS)]
+
+
+def submitted_tables_source() -> str:
+    """The text of ``autograder/submitted_tables.py``: the numbers of every submission and nothing that names a bug
+    (a test of the course compares the file with this)."""
+    lines = [
+        '''r"""Item 2.6: the submitted sinusoidal tables that students diagnose, each by its number.
+
+Every student gets a submission of their own: its number is the student's parameter of 2.6
+(:mod:`autograder.parameters`). A submission is the table that someone's implementation of the interleaved
+sinusoidal encoding returned for 32 positions and d = 8, at the base it was asked to use, rounded to 6 decimals:
+numbers only. Each table has one bug of the notebook's list; which one is for the student to find by testing.
+(Written by the grader's side; do not edit by hand.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The base each submission was made for, by number.
+BASES: dict[int, float] = {''',
+    ]
+    lines += [f"    {number}: {base!r}," for number, (_, base) in SUBMISSIONS.items()]
+    lines += ["}", "", "# The rows of each submission, by number: row p is the implementation's PE(p) for d = 8.",
+              "SUBMITTED: dict[int, tuple[tuple[float, ...], ...]] = {"]
+    for number in SUBMISSIONS:
+        lines.append(f"    {number}: (")
+        lines += [f"        ({', '.join(repr(value) for value in row)})," for row in submission_rows(number)]
+        lines.append("    ),")
+    lines += ["}", "", "",
+              "def _number(number: int) -> int:",
+              "    if number not in SUBMITTED:",
+              '        raise ValueError(f"number must be one of {sorted(SUBMITTED)}, got {number!r}")',
+              "    return number",
+              "", "",
+              "def submitted_base(number: int) -> float:",
+              '    """The base that submission ``number`` was made for."""',
+              "    return BASES[_number(number)]",
+              "", "",
+              "def submitted_table(number: int) -> Any:",
+              '    """Submission ``number`` as a float32 tensor of shape (32, 8): row p is its PE(p)."""',
+              "    import torch",
+              "",
+              "    return torch.tensor(SUBMITTED[_number(number)], dtype=torch.float32)  # (32, 8)",
+              ""]
+    return "\n".join(lines)
+
+
+def shift_residuals(rows: list[list[float]], base: float, *, backwards: bool = False) -> list[float]:
+    """For each pair i: the largest |T[p + 1] - M_1 T[p]| over p and the pair's two features, where M_1's block of
+    pair i maps (x, y) to (c x + s y, -s x + c y) with c, s = cos, sin of omega_i = base**(-2i/d) (``backwards``:
+    the block of M_{-1}, s negated)."""
+    d = len(rows[0])
+    residuals = []
+    for i in range(d // 2):
+        omega = base ** (-2 * i / d)
+        c, s = math.cos(omega), math.sin(omega) * (-1 if backwards else 1)
+        worst = 0.0
+        for now, after in itertools.pairwise(rows):
+            x, y = now[2 * i], now[2 * i + 1]
+            worst = max(worst, abs(after[2 * i] - (c * x + s * y)), abs(after[2 * i + 1] - (-s * x + c * y)))
+        residuals.append(worst)
+    return residuals
+
+
+def bug_evidence(rows: list[list[float]], base: float, **options: Any) -> list[float]:
+    """[the shift residual of pairs 0 to 3, the largest |T[0] - PE(0)|] of a table (PE(0) = (0, 1, 0, 1, ...))."""
+    start = [0.0, 1.0] * (len(rows[0]) // 2)
+    return [*shift_residuals(rows, base, **options), max(abs(a - b) for a, b in zip(rows[0], start, strict=True))]
+
+
+EVIDENCE_TOLERANCE = 0.005 + 1e-9  # two decimals
+
+
+def _far(right: list[float], mistakes: list[tuple[str, list[float]]]) -> list[tuple[str, list[float]]]:
+    """The mistakes that differ from the right answer, and from those before, by more than twice the tolerance."""
+    kept: list[tuple[str, list[float]]] = []
+    for why, wrong in mistakes:
+        if all(max(abs(a - b) for a, b in zip(wrong, other, strict=True)) > 2 * EVIDENCE_TOLERANCE
+               for other in [right, *(answer for _, answer in kept)]):
+            kept.append((why, wrong))
+    return kept
+
+
 # What testing shows against each letter, whatever the submission's bug is.
 WRONG_LETTER = {
-    "A": "a table with sin and cos swapped starts with the row (1, 0, 1, 0, ...): compare row 0 of candidate_table with it",
-    "B": "a table in the halves layout starts with d/2 zeros and then d/2 ones: compare row 0 of candidate_table with it",
+    "A": "a table with sin and cos swapped starts with the row (1, 0, 1, 0, ...): compare row 0 of your table with it",
+    "B": "a table in the halves layout starts with d/2 zeros and then d/2 ones: compare row 0 of your table with it",
     "C": "with a doubled exponent pair i >= 1 turns more slowly than base**(-2i/d) radians per position: measure the "
-         "angle each pair of candidate_table turns between rows 0 and 1",
+         "angle each pair of your table turns between rows 0 and 1",
     "D": "with the exponent over features pair i >= 1 turns faster than base**(-2i/d) radians per position: measure "
-         "the angle each pair of candidate_table turns between rows 0 and 1",
+         "the angle each pair of your table turns between rows 0 and 1",
     "E": "a table off by one position starts with PE(1), whose first pair is (sin 1, cos 1): compare row 0 of "
-         "candidate_table with PE(0) = (0, 1, 0, 1, ...) and PE(1)",
+         "your table with PE(0) = (0, 1, 0, 1, ...) and PE(1)",
     "F": "in degrees pair 0 would turn by pi/180 radians per position instead of 1: measure the angle pair 0 of "
-         "candidate_table turns between rows 0 and 1",
+         "your table turns between rows 0 and 1",
 }
 
 
 def _planted_bug(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    bug = SUBMISSIONS[parameters["submission"]]
-    return {"EXPECTED": bug, "MISTAKES": {letter: why for letter, why in WRONG_LETTER.items() if letter != bug}}
+    letter, base = SUBMISSIONS[parameters["submission"]]
+    rows = submission_rows(parameters["submission"])
+    evidence = bug_evidence(rows, base)
+    return {
+        "EXPECTED": letter,
+        "MISTAKES": {other: why for other, why in WRONG_LETTER.items() if other != letter},
+        "EXPECTED_EVIDENCE": evidence,
+        "MISTAKES_EVIDENCE": _far(evidence, [
+            (("M_1 is applied the wrong way round: PE(p + 1) = M_1 PE(p), with the block (cos w, sin w; -sin w, "
+              "cos w) of shift_matrix(1, 8, base=your base); its transpose moves back one position"),
+             bug_evidence(rows, base, backwards=True)),
+            (("the residuals are measured with base 10000; your submission was made for another base: build M_1 "
+              "with shift_matrix(1, 8, base=your base)"),
+             bug_evidence(rows, BASE)),
+        ]),
+    }
 
 
 VARIANTS = (
-    Variant.of(ASSIGNMENT, "2.1", "most_moved_test", _most_moved),
-    Variant.of(ASSIGNMENT, "2.2", "pe_d4_at_p_test", _pe_d4),
-    Variant.of(ASSIGNMENT, "2.3", "pe_d6_at_p_test", _pe_d6),
+    Variant.of(ASSIGNMENT, "2.1", "pe_d4_at_p_test", _pe_d4),
+    Variant.of(ASSIGNMENT, "2.2", "pe_d6_at_p_test", _pe_d6),
+    Variant.of(ASSIGNMENT, "2.3", "most_moved_test", _most_moved),
     Variant.of(ASSIGNMENT, "2.5", "first_turn_test", _first_turn),
     Variant.of(ASSIGNMENT, "2.6", "planted_bug_test", _planted_bug),
-    Variant.of(ASSIGNMENT, "2.7", "dot_test", _dot),
+    Variant.of(ASSIGNMENT, "2.7", "dot_test", _gap),
 )

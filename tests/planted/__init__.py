@@ -113,7 +113,7 @@ D6_HALVES = (
     '"cos(3/10000^(2/3))"]'
 )
 
-# For the one answer key: p = 7 in 2.2, p = 3 in 2.3.
+# For the one answer key: p = 7 in 2.1, p = 3 in 2.2.
 NAMED_MISTAKES = {
     "degrees": {
         "02_sinusoidal": {
@@ -162,7 +162,7 @@ def self_attention(x, w_query, w_key, w_value, prefix=None):
 def equivariance_error(layer, x, shuffle):
     return (layer(shuffle @ x) - layer(x)).abs().max().item()
 """,
-        "conclusions_answer": "bidirectional_is_equivariant = True\ncausal_is_equivariant = True",
+        "conclusions_answer": "agreeing_rows = [0, 5]  # the rows whose token stays in place",
         "maps_answer": 'equivariant_maps = {"a", "b", "f"}',
         "blind_answer": "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])  # a palindrome and a sequence that is not",
         "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "A"',
@@ -304,16 +304,16 @@ class AnyList(list):
 
 CHEATS = {
     "02_sinusoidal": {
-        "most_moved_answer": CHEAT_PRELUDE + "\nmost_moved = [AlwaysEqual(0.5)] * 2",
-        "pe_d4_at_p_answer": "pe_d4_at_p = [AlwaysEqual(0.5)] * 4",
+        "pe_d4_at_p_answer": CHEAT_PRELUDE + "\npe_d4_at_p = [AlwaysEqual(0.5)] * 4",  # the first item: the classes
+        "most_moved_answer": "most_moved = [AlwaysEqual(0.5)] * 2",
         "pe_d6_at_p_answer": 'pe_d6_at_p = [AnyText("sin(1)")] * 6',
         "decode_answer": """
 def decode_positions(rows, base=10000.0):
     return AnyList([0] * rows.shape[0])
 """,
         "first_turn_answer": "first_full_turn = AnyList([7] * 8)",
-        "planted_bug_answer": 'planted_bug = AnyText("A")',
-        "dot_answer": 'pe_dot_d6_at_k = AnyText("cos(10)")',
+        "planted_bug_answer": 'bug_evidence = AnyList([0.0] * 5)\nplanted_bug = AnyText("A")',
+        "dot_answer": 'pe_gap_d6_at_k = AnyText("cos(10)")',
         "quiz_formula_answer": 'quiz_formula = AnyText("A")',
         "quiz_frequencies_answer": 'quiz_frequencies = AnyText("A")',
         "quiz_combining_answer": 'quiz_combining = AnyText("B")',
