@@ -37,6 +37,7 @@ ALLOWLIST = {
     "autograder/__init__.py", "autograder/__main__.py", "autograder/answers.py", "autograder/check.py",
     "autograder/kernels.py", "autograder/nbgrader_config.py", "autograder/parameters.py", "autograder/progress.py",
     "autograder/submitted_tables.py", "autograder/intake/__init__.py", "autograder/intake/safe_files.py",
+    "autograder/intake/received.py",
     "autograder/intake/sanitize.py",
 }
 GRADERS_SIDE = ("autograder.variants", "autograder.verdicts", "autograder.grade", "autograder.pipeline",
