@@ -38,6 +38,7 @@ from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
 
 MAX_MESSAGE = 600
+MAX_DESCRIBED = 160  # a longer description of the parameters is not repeated in front of each message
 MAX_LOG_CHARS = 256 * 1024
 MAX_KERNEL_LOG_BYTES = 64 * 1024
 KERNEL_LOG = "kernel.log"
@@ -321,13 +322,16 @@ def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, s
         return split, ""
     parameters = variants.parameters_for(task.assignment, task.student, enabled=task.variants)[variant.item]
     constants = f"{split.constants}\n{variants.constants_source(variant, parameters)}"
-    return dataclasses.replace(split, constants=constants), variant.describe(parameters) if task.variants else ""
+    described = variant.describe(parameters) if task.variants and variant.varied.in_summary else ""  # a quiz: its letters
+    if "\n" in described or len(described) > MAX_DESCRIBED:  # a list of maps: the note on top of the page has it
+        described = "listed at the top of this page"
+    return dataclasses.replace(split, constants=constants), described
 
 
 def parameters_note(task: Task) -> str | None:
     """The feedback's line that lists the student's parameters, when the assignment has varied items."""
-    varied = variants.variants_of(task.assignment)
-    if not (varied and task.variants):
+    varied = [variant for variant in variants.variants_of(task.assignment) if variant.varied.in_summary]
+    if not (varied and task.variants):  # a quiz's order of options is shown where it is asked, not listed here
         return None
     drawn = variants.parameters_for(task.assignment, task.student, enabled=True)
     listed = "; ".join(f"{variant.item} {variant.describe(drawn[variant.item])}" for variant in varied)

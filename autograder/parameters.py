@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -60,6 +61,7 @@ class VariedItem:
     item: str  # as the notebook numbers it: "2.2"
     choices: Mapping[str, tuple[Any, ...]]
     describe: Callable[[Mapping[str, Any]], str]
+    in_summary: bool = True  # listed at the top of the notebook (a quiz shows its order where it is asked)
 
     @property
     def answer_key(self) -> dict[str, Any]:
@@ -338,9 +340,46 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
 }
 
 
+# Every quiz question shows its four options in an order of the student's own, so that a letter passed around a
+# class is right for a quarter of it at best: the order is a parameter like any other, drawn from the 24
+# orders of the options as the source writes them (the one answer key's, "ABCD", first). ``"CABD"`` shows the
+# source's option C as A, its A as B, and so on.
+QUIZ_LETTERS = "ABCD"
+QUIZ_ORDERS = tuple("".join(order) for order in itertools.permutations(QUIZ_LETTERS))
+QUIZZES: dict[str, tuple[str, ...]] = {
+    "01_permutation": ("Quiz 1", "Quiz 2"),
+    "02_sinusoidal": ("Quiz 1", "Quiz 2", "Quiz 3"),
+    "03_learned": ("Quiz 1", "Quiz 2"),
+    "04_relative": ("Quiz 1", "Quiz 2", "Quiz 3"),
+    "05_rope": ("Quiz 1", "Quiz 2", "Quiz 3"),
+    "06_comparison": ("Quiz 1", "Quiz 2"),
+}
+
+
+def _quiz_item(assignment: str, quiz: str) -> VariedItem:
+    return VariedItem(assignment, quiz, {"order": QUIZ_ORDERS},
+                      lambda parameters: "the options in the order " + ", ".join(parameters["order"]) + " of the source",
+                      in_summary=False)
+
+
+QUIZ_ITEMS: dict[str, tuple[VariedItem, ...]] = {
+    assignment: tuple(_quiz_item(assignment, quiz) for quiz in quizzes) for assignment, quizzes in QUIZZES.items()
+}
+
+
 def varied_items(assignment: str) -> tuple[VariedItem, ...]:
-    """The varied items of ``assignment``, in the notebook's order (none for an assignment without any)."""
-    return VARIED_ITEMS.get(assignment, ())
+    """The varied items of ``assignment``, in the notebook's order (none for an assignment without any), then
+    its quiz questions."""
+    return VARIED_ITEMS.get(assignment, ()) + QUIZ_ITEMS.get(assignment, ())
+
+
+def shown_letter(order: str, source_letter: str) -> str:
+    """The letter under which a student whose quiz order is ``order`` sees the option that the source writes as
+    ``source_letter``: ``shown_letter("CABD", "C") == "A"``."""
+    if order not in QUIZ_ORDERS or source_letter not in QUIZ_LETTERS:
+        raise ValueError(f"order must be an order of {QUIZ_LETTERS} and source_letter one of its letters, got "
+                         f"{order!r} and {source_letter!r}")
+    return QUIZ_LETTERS[order.index(source_letter)]
 
 
 def varied_item(assignment: str, item: str) -> VariedItem:
@@ -456,6 +495,31 @@ class YourParameters(Mapping):
         """Print the parameters of ``item``, and what is missing if the student ID is not set."""
         print(self.line(item) + ("" if self.student_id or not self.enabled else "  (set STUDENT_ID first!)"))
 
+    def show_options(self, item: str, options: list[str]) -> None:
+        """Print the four options of the quiz question ``item`` (written in the source's order A, B, C, D) under
+        the letters of this student's order."""
+        order = self[item]["order"]
+        if type(options) is not list or len(options) != len(QUIZ_LETTERS):
+            raise ValueError(f"options must be a list of {len(QUIZ_LETTERS)} texts, got {options!r:.80}")
+        shown = [(letter, options[QUIZ_LETTERS.index(source_letter)]) for letter, source_letter in zip(QUIZ_LETTERS, order)]
+        plain = "\n".join(f"{letter}  {text}" for letter, text in shown)
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            get_ipython = None
+        if get_ipython is None or get_ipython() is None:  # plain Python: no notebook to render markdown
+            print(plain)
+            return
+        # markdown where a notebook renders it (the options may hold formulas), plain text elsewhere
+        display({"text/markdown": "\n".join(f"- **{letter}** {text}" for letter, text in shown), "text/plain": plain},
+                raw=True)
+
+    def letter(self, item: str, source_letter: str) -> str:
+        """The letter this student gives for the option the source writes as ``source_letter`` (the solutions use
+        it: a student answers with the letter printed beside the option)."""
+        return shown_letter(self[item]["order"], source_letter)
+
     def summary(self) -> str:
         if not self.enabled:
             head = "Variants are turned off for this class: every student answers with the same parameters."
@@ -466,7 +530,8 @@ class YourParameters(Mapping):
                 f"{DECLARATION} is empty: write your student ID between the quotes of {DECLARATION} = \"\" in the "
                 "cell above and run the notebook again. The parameters below are the one answer key's, not yours yet:"
             )
-        return "\n".join([head, *(f"  {self.line(item)}" for item in self.by_item)])
+        listed = [varied.item for varied in varied_items(self.assignment) if varied.in_summary and varied.item in self.by_item]
+        return "\n".join([head, *(f"  {self.line(item)}" for item in listed)])
 
 
 def your_parameters(assignment: str, student_id: str = "") -> YourParameters:

@@ -139,7 +139,7 @@ def test_the_quiz_questions_are_spread_over_the_chapters_with_varied_answers(sou
     for notebook in sources.values():
         for cell in notebook.cells:
             if re.fullmatch(r"quiz_\w+_test", nbgrader(cell).get("grade_id", "")):
-                letters += re.findall(r'!= "([ABCD])"', cell.source)
+                letters += re.findall(r'^EXPECTED_CHOICE = "([ABCD])"', cell.source, flags=re.MULTILINE)
     assert len(letters) == QUIZ_QUESTIONS and len(set(letters)) == 4
 
 
@@ -427,15 +427,20 @@ def test_kernels_resolve_to_this_interpreter_and_see_the_repository(tmp_path, mo
 
 def _quiz_items(notebook) -> list[tuple[str, dict[str, str], str]]:
     """``(stem, options by letter, right letter)`` of each lettered quiz question of a source notebook, read from
-    the question's markdown (``- **A** ...``) and its hidden test's expected letter."""
+    the question's markdown, its options cell (``my_parameters.show_options("Quiz 1", [...])``, the source's
+    order A to D) and its hidden test's expected letter (``EXPECTED_CHOICE``, in the source's order)."""
+    import ast
+
     cells = {nbgrader(cell).get("grade_id"): cell for cell in notebook.cells}
     items = []
     for grade_id, cell in cells.items():
         if not re.fullmatch(r"quiz_\w+_question", grade_id or ""):
             continue
-        options = dict(re.findall(r"^- \*\*([ABCD])\*\* (.+)$", cell.source, flags=re.MULTILINE))
-        stem = cell.source.split("\n- **A**")[0]
-        [right] = re.findall(r'!= "([ABCD])"', cells[grade_id.replace("_question", "_test")].source)
+        call = ast.parse(cells[grade_id.replace("_question", "_options")].source).body[0].value
+        options = dict(zip("ABCD", (element.value for element in call.args[1].elts), strict=True))
+        stem = cell.source
+        [right] = re.findall(r'^EXPECTED_CHOICE = "([ABCD])"', cells[grade_id.replace("_question", "_test")].source,
+                             flags=re.MULTILINE)
         items.append((stem, options, right))
     return items
 

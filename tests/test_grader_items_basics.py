@@ -560,7 +560,7 @@ def test_the_planted_bug_is_the_doubled_exponent_and_the_tools_show_it():
     assert torch.allclose(candidate, expected, atol=1e-5)
     constants = hidden_constants("02_sinusoidal", "planted_bug_test")
     assert constants["EXPECTED"] == "C"
-    # The evidence: per pair the largest |T[p+1] - M_1 T[p]|, then |T[0] - PE(0)|, measured here with the formula
+    # The evidence: per pair the largest |T[p+1] - M_1 T[p]|, then ||T[0] - PE(0)||, measured here with the formula
     residual = [max(abs(math.sin((p + 1) * w) - math.sin(p * w + 10000 ** (-i / 4))) for p in range(31)
                     for w in [10000.0 ** (-i / 2)]) for i in range(4)]
     assert constants["EXPECTED_EVIDENCE"][0] < 1e-5 and constants["EXPECTED_EVIDENCE"][4] == 0

@@ -21,7 +21,7 @@ from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
 import autograder.parameters as student_side
-from autograder.parameters import declared_student_id, draw, parameters_for, your_parameters
+from autograder.parameters import QUIZZES, declared_student_id, draw, parameters_for, your_parameters
 from autograder.submitted_tables import submitted_base, submitted_table
 from autograder.variants import variants_of
 from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
@@ -105,14 +105,14 @@ def diagnosed(submission: int) -> str:
 
 def measured_evidence(submission: int) -> list[float]:
     """2.6's evidence measured here with posenc_ref's shift matrix: per pair the largest |T[p+1] - M_1 T[p]|, then
-    the largest |T[0] - PE(0)|."""
+    the length of T[0] - PE(0)."""
     from posenc_ref.sinusoidal import shift_matrix
 
     table, base = submitted_table(submission).double(), submitted_base(submission)
     moved = shift_matrix(1, 8, base=base, dtype=torch.float64) @ table[:-1].T  # (8, 31): column p is M_1 T[p]
     residual = (table[1:] - moved.T).abs()  # (31, 8)
     return [residual[:, 2 * i : 2 * i + 2].max().item() for i in range(4)] + [
-        max(abs(a - b) for a, b in zip(table[0].tolist(), pe(0, 8), strict=True))]
+        math.sqrt(sum((a - b) ** 2 for a, b in zip(table[0].tolist(), pe(0, 8), strict=True)))]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -132,7 +132,8 @@ def test_the_draw_is_a_function_of_the_id_and_reaches_every_allowed_value():
 
 def test_variants_off_gives_every_student_the_first_allowed_values():
     off = [parameters_for(ASSIGNMENT, student, enabled=False) for student in ("ana", "ben", "")]
-    assert off[0] == off[1] == off[2] == {"2.1": {"position": 7}, "2.2": {"position": 3},
+    quizzes = {quiz: {"order": "ABCD"} for quiz in QUIZZES[ASSIGNMENT]}  # the options in the source's order
+    assert off[0] == off[1] == off[2] == quizzes | {"2.1": {"position": 7}, "2.2": {"position": 3},
                                           "2.3": {"distance": 13}, "2.5": {"base": 10000},
                                           "2.6": {"submission": 26},
                                           "2.7": {"distance": 10}}
@@ -145,9 +146,15 @@ def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_
         sources = [cell.source for cell in notebook.cells]
         for variant in variants_of(assignment):
             assert variant.test_cell in ids, variant
-            show = sources.index(f'my_parameters.show("{variant.item}")')
+            if variant.item in QUIZZES[assignment]:  # its options cell, then an answer in the student's letters
+                show = next(index for index, source in enumerate(sources)
+                            if source.startswith(f'my_parameters.show_options("{variant.item}", ['))
+                used = f'my_parameters.letter("{variant.item}", '
+            else:
+                show = sources.index(f'my_parameters.show("{variant.item}")')
+                used = f'my_parameters["{variant.item}"]'
             assert show < ids.index(variant.test_cell)
-            assert f'my_parameters["{variant.item}"]' in "\n".join(sources[show:ids.index(variant.test_cell)])
+            assert used in "\n".join(sources[show:ids.index(variant.test_cell)])
         if variants_of(assignment):
             assert sources[ids.index("student_id")].startswith('STUDENT_ID = ""')
             assert notebook.cells[ids.index("student_id")].metadata["nbgrader"]["locked"] is False
@@ -159,7 +166,11 @@ def test_every_varied_item_names_a_test_cell_of_its_assignment_with_a_show_cell_
 # ---------------------------------------------------------------------------------------------------------
 
 
-ALL_VARIANTS = [variant for assignment in ASSIGNMENTS for variant in variants_of(assignment)]
+# The quiz questions' letters have tests of their own (tests/test_grader_quiz_order.py).
+ALL_VARIANTS = [
+    variant for assignment in ASSIGNMENTS for variant in variants_of(assignment)
+    if variant.item not in QUIZZES[assignment]
+]
 
 
 def numbers_or_values(values):
@@ -777,17 +788,72 @@ def parameters(student: str, assignment: str = ASSIGNMENT) -> dict[str, dict]:
 
 
 def varied_points(assignment: str) -> dict[str, float]:
-    """Points of the varied items' test cells, read from the source notebook."""
+    """Points of the varied items' test cells (the quiz questions left out), read from the source notebook."""
     notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     points = {cell.metadata["nbgrader"]["grade_id"]: cell.metadata["nbgrader"].get("points") for cell in notebook.cells}
-    return {variant.test_cell: points[variant.test_cell] for variant in variants_of(assignment)}
+    return {variant.test_cell: points[variant.test_cell] for variant in variants_of(assignment)
+            if variant.item not in QUIZZES[assignment]}
+
+
+def quiz_answers(assignment: str, student: str) -> dict[str, tuple[str, str]]:
+    """For each quiz question's test cell: its answer cell and the letter under which ``student`` sees the right
+    option (the place of the source's letter in the student's order, worked out here)."""
+    found = {}
+    for variant in variants_of(assignment):
+        if variant.item in QUIZZES[assignment]:
+            source_letter = hidden_constants(assignment, variant.test_cell)["EXPECTED_CHOICE"]
+            order = parameters(student, assignment)[variant.item]["order"]
+            found[variant.test_cell] = (variant.test_cell.removesuffix("_test") + "_answer", "ABCD"[order.index(source_letter)])
+    return found
+
+
+def copied_answers(assignment: str, answers_of: str) -> dict[str, str]:
+    """Every answer cell that reads ``my_parameters``, as the plain values it gives ``answers_of``, typed in: what a
+    student hands in who copies another's numbers instead of computing their own (the items without a derivation
+    of their own in :func:`other_literal_answers`). The notebook's cells run in order, as in a kernel, with the ID
+    of ``answers_of``; its explorers and tests are left out."""
+    import ast
+    import contextlib
+    import io
+
+    notebook = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    answers = solutions(assignment)
+    namespace: dict = {}
+    typed = {}
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        grade_id = meta.get("grade_id", "")
+        if cell.cell_type != "code" or meta.get("grade") or grade_id.startswith("explore"):
+            continue
+        source = answers.get(grade_id, cell.source)
+        if grade_id == "student_id":
+            source = f'STUDENT_ID = "{answers_of}"'
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(source, namespace)  # noqa: S102 (source/: trusted)
+        if grade_id in answers and "my_parameters" in source and not grade_id.startswith("quiz_"):
+            names = [target.id for statement in ast.parse(source).body if isinstance(statement, ast.Assign)
+                     for target in statement.targets if isinstance(target, ast.Name)]
+            plain = {name: namespace[name] for name in names
+                     if isinstance(namespace[name], int | float | str | list | tuple | dict | set | frozenset)}
+            typed[grade_id] = "\n".join(f"{name} = {value!r}" for name, value in plain.items())
+    return typed
+
+
+def copied_points(assignment: str, student: str) -> float:
+    """What a student of the class who hands in another's answers loses: every varied item, and the quiz
+    questions whose right letter differs between the two (24 orders: two students may share one)."""
+    points = {cell: value for cell, value in varied_points(assignment).items()}
+    own, copied = quiz_answers(assignment, student), quiz_answers(assignment, CLASS[student])
+    quiz_points = sum(1.0 for cell in own if own[cell][1] != copied[cell][1])
+    return sum(points.values()) + quiz_points
 
 
 def test_the_class_ids_draw_different_parameters_on_every_varied_item():
     for assignment in CLASS_ASSIGNMENTS:
         for first, second in (("ana", "ben"), ("cy", "ana"), ("fay", "ben")):
             for item, drawn in parameters(first, assignment).items():
-                assert drawn != parameters(second, assignment)[item], (first, second, item)
+                if item not in QUIZZES[assignment]:
+                    assert drawn != parameters(second, assignment)[item], (first, second, item)
 
 
 @pytest.fixture(scope="module")
@@ -795,7 +861,10 @@ def graded_class(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("variants")
     for assignment in CLASS_ASSIGNMENTS:
         for student, answers_of in CLASS.items():
-            typed = other_literal_answers(assignment, parameters(answers_of, assignment))
+            typed = {**copied_answers(assignment, answers_of),
+                     **other_literal_answers(assignment, parameters(answers_of, assignment))}
+            for answer_cell, letter in quiz_answers(assignment, answers_of).values():  # letters typed in, as seen
+                typed[answer_cell] = f'{solutions(assignment)[answer_cell].split(" = ")[0]} = "{letter}"'
             notebook = filled(assignment, {**solutions(assignment), **typed})
             for cell in notebook.cells:
                 if cell.metadata.get("nbgrader", {}).get("grade_id") == "student_id" and student == "cy":
@@ -818,16 +887,23 @@ def test_each_student_is_right_with_their_own_numbers_and_wrong_with_anothers(gr
     scores = {(row["student_id"], row["assignment"]): float(row["raw_score"]) for row in rows(graded_class, "grades.csv")}
     items = {(row["student_id"], row["assignment"], row["item"]): row for row in rows(graded_class, "items.csv")}
     for assignment in CLASS_ASSIGNMENTS:
-        copied = sum(varied_points(assignment).values())
-        assert copied > 0
+        assert sum(varied_points(assignment).values()) > 0
         for student in CLASS:
-            expected = TOTALS[assignment] - (copied if student in ("cy", "fay") else 0)
+            expected = TOTALS[assignment] - (copied_points(assignment, student) if student in ("cy", "fay") else 0)
             assert scores[student, assignment] == expected, (student, assignment)
         for student in ("cy", "fay"):
+            own, copied = quiz_answers(assignment, student), quiz_answers(assignment, CLASS[student])
             for variant in variants_of(assignment):
                 row = items[student, assignment, variant.test_cell]
+                if variant.item in QUIZZES[assignment]:  # right where the two orders put the right option alike
+                    same = own[variant.test_cell][1] == copied[variant.test_cell][1]
+                    assert float(row["score"]) == (1.0 if same else 0.0), (student, variant.item)
+                    assert "with your parameters" not in row["message"], row["message"]
+                    continue
                 assert float(row["score"]) == 0, (student, variant.item)
                 described = variant.describe(parameters(student, assignment)[variant.item])
+                if "\n" in described or len(described) > 160:  # too long to repeat: the page's note lists it
+                    described = "listed at the top of this page"
                 assert row["message"].startswith(f"with your parameters ({described}): "), row["message"]
 
 
@@ -836,9 +912,10 @@ def test_feedback_lists_the_parameters_and_names_a_declared_id_that_is_not_the_f
     for assignment in CLASS_ASSIGNMENTS:
         for student in CLASS:
             drawn = parameters(student, assignment)
-            listed = "; ".join(f"{v.item} {v.describe(drawn[v.item])}" for v in variants_of(assignment))
+            listed = "; ".join(f"{v.item} {v.describe(drawn[v.item])}" for v in variants_of(assignment)
+                               if v.item not in QUIZZES[assignment])
             note = f"the varied items were graded with the parameters of student {student}: {listed}"
-            assert note in report
+            assert note.replace("\n", "\\n") in report  # report.txt writes each note on one line
             page = (graded_class / "feedback" / student / assignment / f"{assignment}.html").read_text()
             assert html.escape(note) in page
     mismatch = ("the notebook says STUDENT_ID = 'ana', but it was submitted in the folder of student 'cy': its "
@@ -853,5 +930,5 @@ def test_the_titles_that_say_your_are_exactly_the_varied_items(assignment):
     intro = nbformat.read(ROOT / "autograder" / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells[0]
     rows = [re.match(r"\| (\d\.\d+(?: \([a-e]\))?)", line).group(1) for line in intro.source.splitlines()
             if line.startswith("| ") and "your" in line.lower()]
-    varied = [variant.item for variant in variants_of(assignment)]
-    assert rows == varied
+    varied = [variant.item for variant in variants_of(assignment) if variant.item not in QUIZZES[assignment]]
+    assert rows == varied  # every quiz question varies its order of options, which the guide says once

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autograder.variants import Variant, comparison, learned, permutation, relative, rope, sinusoidal
+from autograder.variants.quizzes import quiz_variants
 
 VARIANTS: dict[str, tuple[Variant, ...]] = {
     permutation.ASSIGNMENT: permutation.VARIANTS,
@@ -12,3 +13,4 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
     rope.ASSIGNMENT: rope.VARIANTS,
     comparison.ASSIGNMENT: comparison.VARIANTS,
 }
+VARIANTS = {assignment: chapter + quiz_variants(assignment) for assignment, chapter in VARIANTS.items()}

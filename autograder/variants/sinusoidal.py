@@ -293,9 +293,14 @@ def shift_residuals(rows: list[list[float]], base: float, *, backwards: bool = F
 
 
 def bug_evidence(rows: list[list[float]], base: float, **options: Any) -> list[float]:
-    """[the shift residual of pairs 0 to 3, the largest |T[0] - PE(0)|] of a table (PE(0) = (0, 1, 0, 1, ...))."""
+    r"""[the shift residual of pairs 0 to 3, the length ||T[0] - PE(0)||] of a table (PE(0) = (0, 1, 0, 1, ...)).
+
+    The length, not the largest entry: a table off by one position starts with PE(1), and
+    :math:`\|PE(1) - PE(0)\| = \sqrt{\sum_i (2 - 2\cos\omega_i)}` depends on the submission's base, where its
+    largest entry would be sin 1 for every base."""
     start = [0.0, 1.0] * (len(rows[0]) // 2)
-    return [*shift_residuals(rows, base, **options), max(abs(a - b) for a, b in zip(rows[0], start, strict=True))]
+    length = math.sqrt(sum((a - b) ** 2 for a, b in zip(rows[0], start, strict=True)))
+    return [*shift_residuals(rows, base, **options), length]
 
 
 EVIDENCE_TOLERANCE = 0.005 + 1e-9  # two decimals

@@ -165,7 +165,7 @@ def equivariance_error(layer, x, shuffle):
         "conclusions_answer": "agreeing_rows = [0, 5]  # the rows whose token stays in place",
         "maps_answer": 'equivariant_maps = {"a", "b", "f"}',
         "blind_answer": "blind_pair = ([1, 2, 3, 2, 1], [1, 2, 3, 4, 5])  # a palindrome and a sequence that is not",
-        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = "A"',
+        "quiz_attention_symmetry_answer": 'quiz_attention_symmetry = my_parameters.letter("Quiz 1", "A")',
     },
     "03_learned": {
         "learned_answer": """
@@ -212,7 +212,7 @@ def alibi_slopes(num_heads, max_bias=8.0):
     return [2 ** (-max_bias * h / num_heads) for h in range(1, num_heads + 1)]
 """,
         "t5_shared_answer": "t5_shared_distances = [127, 163]  # the encoder's layout: 32 buckets a direction",
-        "quiz_absolute_relative_answer": 'quiz_absolute_relative = "C"',
+        "quiz_absolute_relative_answer": 'quiz_absolute_relative = my_parameters.letter("Quiz 3", "C")',
     },
     "05_rope": {
         "relative_answer": """
@@ -235,7 +235,7 @@ def interleaved_to_half(x):
     return torch.stack((x[..., : d // 2], x[..., d // 2 :]), dim=-1).flatten(-2)
 """,
         "slow_pairs_answer": "ntk_slow_pairs = [27, 5]  # the first: the pairs that do complete a turn",
-        "quiz_raised_base_answer": 'quiz_raised_base = "A"',
+        "quiz_raised_base_answer": 'quiz_raised_base = my_parameters.letter("Quiz 2", "A")',
     },
     "06_comparison": {
         "choice_b_answer": 'choice_b = "t5"  # never one of the cases of (b)',
