@@ -325,7 +325,8 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
 
         for path in start_course(arguments.out):
             print(f"wrote {path}")
-        print(f"{arguments.out} is an nbgrader course directory; see book/guide_instructors.md, 'Grading a class'")
+        print(f"{arguments.out} is an nbgrader course directory; see book/guide_instructors.md, "
+              "'The whole loop: nbgrader's exchange'")
         return 0
     except ValueError as error:
         from autograder.feedback.escape import report_text

@@ -501,3 +501,14 @@ def test_mark_schemes_and_explanations_speak_of_the_course_only(sources):
     for assignment, notebook in sources.items():
         text = nbformat.writes(notebook).lower()
         assert "seed text" not in text and "the seed" not in text, assignment
+
+
+def test_a_course_directory_made_in_the_repository_is_not_committed():
+    """The guide has the instructor run `python -m autograder course --out course/` at the repository's root: the
+    students' notebooks collected there stay out of the repository's commits."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "course/submitted/ana/01_permutation/01_permutation.ipynb"],
+                             cwd=root, check=False)
+    assert ignored.returncode == 0

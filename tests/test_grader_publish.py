@@ -369,3 +369,45 @@ def test_check_runs_in_the_edition_alone_and_finds_nothing_answered(tmp_path):
 
     usage = run("-m", "autograder", "grade", "x", "--out", "y")  # the edition offers check only
     assert usage.returncode == 2 and "invalid choice: 'grade'" in usage.stderr, usage.stderr
+
+
+@pytest.mark.slow
+def test_the_guides_recipes_create_and_update_the_editions_repository(tmp_path):
+    """The two recipes of the instructors' guide ("The student edition"), run as written from a folder whose parent
+    is ``tmp_path`` (their ``../posenc-notebooks``), less the lines that reach the network (``git remote add``,
+    ``git push``): the update keeps the repository's history and drops a file the new edition no longer has."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from planted import ROOT
+
+    guide = (ROOT / "book" / "guide_instructors.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", guide, flags=re.DOTALL)
+    create = next(block for block in blocks if "git init -b main" in block)
+    update = next(block for block in blocks if "posenc-notebooks-new" in block)
+    here = tmp_path / "course"
+    here.mkdir()
+    environment = {**os.environ, "GIT_AUTHOR_NAME": "i", "GIT_AUTHOR_EMAIL": "i@example.org",
+                   "GIT_COMMITTER_NAME": "i", "GIT_COMMITTER_EMAIL": "i@example.org"}
+
+    def run(block: str) -> None:
+        lines = [line.replace(" && git push", "") for line in block.splitlines()
+                 if not line.startswith("git remote add") and "release --check" not in line]
+        script = "set -e\n" + "\n".join(line.replace("python -m", f"{sys.executable} -m", 1) for line in lines)
+        completed = subprocess.run(["bash", "-c", script], cwd=here, env=environment, capture_output=True,
+                                   text=True, timeout=600, check=False)
+        assert completed.returncode == 0, completed.stderr
+
+    run(create)
+    edition = tmp_path / "posenc-notebooks"
+    (edition / "stray.txt").write_text("a file of an older edition\n")
+    subprocess.run(["git", "add", "stray.txt"], cwd=edition, check=True)
+    subprocess.run(["git", "commit", "-qm", "an older edition"], cwd=edition, env=environment, check=True)
+    run(update)
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=edition, capture_output=True, text=True, check=True)
+    assert log.stdout.splitlines() == ["The course's notebooks, updated", "an older edition", "The course's notebooks"]
+    assert not (edition / "stray.txt").exists() and (edition / "notebooks" / "01_permutation.ipynb").is_file()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=edition, capture_output=True, text=True, check=True)
+    assert status.stdout == ""
