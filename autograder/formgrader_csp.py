@@ -190,6 +190,13 @@ class ScriptPolicy(OutputTransform):
         is_html = headers.get("Content-Type", "").startswith("text/html")
         hashes = ScriptPolicy.inline_scripts.hashes(chunk if is_html else b"")
         headers["Content-Security-Policy"] = content_security_policy(hashes, allow_eval=self.is_jupyterlab())
+        if is_html:
+            # The policy names the hashes of this page's scripts, so it is only right with this very body. A page
+            # the browser kept would be revalidated with a 304, whose empty body gives a policy without hashes
+            # that the browser then applies to the kept page: its scripts are blocked and the grading page
+            # saves nothing. A page that is never stored is never revalidated; it comes back whole, with its
+            # own policy.
+            headers["Cache-Control"] = "no-store"
         return status_code, headers, chunk
 
 

@@ -485,3 +485,69 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
     _grade(graded_class.parent / "class", graded_class, "--jobs", "2")
     _check_hand_grade_everywhere(graded_class)
     assert _new_files_in_repository() == before
+
+
+def test_a_submission_opened_again_loads_its_grades_and_saves_with_the_browser_cache_on(graded_class, tmp_path):
+    """The second visit to a grading page, with Chromium's HTTP cache on (no request interception, which turns it
+    off): by Back, a reload and a deep link with ``?token=``, the score field shows the gradebook's score and a new
+    score is saved."""
+    from nbgrader.api import Gradebook
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing (`make chromium` installs it); in CI the browser test must run")
+    from playwright.sync_api import sync_playwright
+
+    with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
+        submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, "mistakes").id
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Formgrader(graded_class, home, tmp_path / "formgrader.log")
+    try:
+        url = server.url()
+        base, token = url.split("/formgrader", 1)[0], url.split("token=", 1)[1]
+        page_url = f"{base}/formgrader/submissions/{submission}/"
+        with tempfile.TemporaryDirectory(prefix="formgrader-cache-") as profile, sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1280, "height": 900},
+            )  # fmt: skip
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(url)
+            page.wait_for_url("**/formgrader/manage_assignments")
+
+            def save(points: float) -> None:
+                page.wait_for_load_state("networkidle")  # the fields save once the page has loaded their grades
+                score = page.locator(f"input.score#{WRITTEN}")
+                with page.expect_response(
+                    lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT"
+                ) as saved:
+                    score.fill(f"{points:g}")
+                    score.press("Tab")
+                assert saved.value.ok
+
+            def shown() -> str:
+                page.wait_for_load_state("networkidle")
+                page.wait_for_function(f"() => document.querySelector('input.score#{WRITTEN}').value !== ''")
+                return page.locator(f"input.score#{WRITTEN}").input_value()
+
+            page.goto(page_url)
+            save(1)
+            page.goto(f"{base}/formgrader/manage_assignments")
+            page.go_back()  # back to the grading page
+            assert shown() == "1"
+            save(2)
+            page.reload()
+            assert shown() == "2"
+            save(3)
+            page.goto(f"{page_url}?token={token}")  # a deep link as a colleague would send it
+            assert shown() == "3"
+            save(1.5)
+            # MathJax is nbgrader's tag for a CDN, which the policy refuses; every other script of the page ran
+            assert not [error for error in errors if "MathJax" not in error], errors
+    finally:
+        server.stop()
+    with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "mistakes")
+        assert grade.manual_score == 1.5

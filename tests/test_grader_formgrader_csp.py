@@ -122,3 +122,12 @@ def test_the_formgraders_own_pages_and_scripts_are_not_files_of_the_folder(path)
     headers = _transformed(path, "text/html")
     assert "sandbox" not in headers["Content-Security-Policy"] and "Content-Disposition" not in headers
     assert headers["Content-Type"] == "text/html"
+
+
+def test_a_page_whose_policy_names_its_scripts_is_never_stored():
+    """A stored page would come back as a 304 with an empty body, whose policy has no hashes (the grading page's
+    scripts then blocked on the second visit); a file of the folder and a script keep the server's caching."""
+    assert _transformed("/formgrader/submissions/3f2a/", "text/html; charset=UTF-8")["Cache-Control"] == "no-store"
+    assert "Cache-Control" not in _transformed("/static/notebook/main.js", "application/javascript")
+    assert "Cache-Control" not in _transformed("/files/autograded/s/04_relative/figure.png", "image/png",
+                                               "sandbox allow-scripts")
