@@ -144,6 +144,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _grade_output_problem(out: Path) -> str | None:
+    """What is wrong with ``grade --out``, in one line naming it (None when it is a folder ``grade`` may write):
+    a file, a folder that cannot be created, or a place inside the course's packages, which the student edition
+    and the kernels copy (a student's notebook must never land there)."""
+    from autograder import COURSE_DIRECTORY, REPOSITORY
+
+    resolved = Path(out).resolve()
+    for package in (COURSE_DIRECTORY, REPOSITORY / "posenc_ref"):
+        if resolved.is_relative_to(package):
+            return f"--out must lie outside {package} (the course's packages), got {out}"
+    if resolved.exists() and not resolved.is_dir():
+        return f"--out must be a folder (new or existing), got {out}, which is a file"
+    try:
+        resolved.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"--out {out} cannot be created: {error.strerror or error}"
+    return None
+
+
 def _add_collect_arguments(collect: argparse.ArgumentParser) -> None:
     collect.add_argument("assignment", choices=ASSIGNMENTS, metavar="ASSIGNMENT", help=", ".join(ASSIGNMENTS))
     collect.add_argument(
@@ -246,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in limits.__dataclass_fields__
             if getattr(arguments, name) is not None
         }
+        if problem := _grade_output_problem(arguments.out):
+            print(report_text(f"grade: {problem}"), file=sys.stderr)
+            return 2
         try:
             results = grade(
                 arguments.path,
@@ -290,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             written = publish(arguments.out)
         except ValueError as error:
             print(f"publish: {error}", file=sys.stderr)
+            return 2
+        except OSError as error:  # a folder that cannot be created there, a disk that is full
+            print(f"publish: --out {arguments.out} cannot be written: {error.strerror or error}", file=sys.stderr)
             return 2
         print(f"wrote the student edition ({len(written)} files) into {arguments.out}; see its README.md")
         return 0

@@ -512,3 +512,30 @@ def test_a_course_directory_made_in_the_repository_is_not_committed():
     ignored = subprocess.run(["git", "check-ignore", "-q", "course/submitted/ana/01_permutation/01_permutation.ipynb"],
                              cwd=root, check=False)
     assert ignored.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "out", "words"),
+    [
+        ("grade", "README.md", "--out must be a folder (new or existing), got README.md, which is a file"),
+        ("grade", "autograder/out", "--out must lie outside"),
+        ("grade", "posenc_ref/graded", "--out must lie outside"),
+        ("grade", "/proc/no-such-folder/graded", "--out /proc/no-such-folder/graded cannot be created"),
+        ("publish", "/proc/no-such-folder/edition", "--out /proc/no-such-folder/edition cannot be written"),
+        ("publish", "README.md", "--out must be a new or an empty folder"),
+    ],
+)
+def test_a_bad_output_folder_gets_one_line_naming_it_and_exit_2(tmp_path, command, out, words):
+    """The instructors' commands as typed from the repository's root, with an --out they cannot use: one line on
+    standard error that names --out and its value, exit status 2, no traceback, nothing written."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    arguments = [str(tmp_path)] if command == "grade" else []
+    completed = subprocess.run([sys.executable, "-m", "autograder", command, *arguments, "--out", out], cwd=root,
+                               capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in completed.stderr, completed.stderr
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout == before
