@@ -531,11 +531,12 @@ def test_a_bad_output_folder_gets_one_line_naming_it_and_exit_2(tmp_path, comman
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    before = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    status = ["git", "status", "--porcelain"]
+    before = subprocess.run(status, cwd=root, capture_output=True, text=True, check=True).stdout
     arguments = [str(tmp_path)] if command == "grade" else []
     completed = subprocess.run([sys.executable, "-m", "autograder", command, *arguments, "--out", out], cwd=root,
                                capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 2, completed.stderr
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in completed.stderr, completed.stderr
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout == before
+    assert subprocess.run(status, cwd=root, capture_output=True, text=True, check=True).stdout == before
