@@ -153,3 +153,25 @@ def test_the_students_guide_names_every_item_graded_as_an_exact_expression():
     assert match, "the students' guide says which items are graded as exact expressions"
     named = re.findall(r"\d+\.\d+", match.group(1))
     assert named == exact
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_instructors_guide_shows_each_notebooks_items_as_a_table_with_its_shares(assignment):
+    """The guide's section "What each notebook assesses", as built: a sentence with the notebook's shares, computed
+    here from the records and the grader's variants, and a table with one row per item."""
+    import html as html_module
+
+    page = (PAGES / "guide_instructors.html").read_text(encoding="utf-8")
+    listed = records(assignment)
+    total = sum(record["points"] for record in listed)
+    understanding = sum(record["points"] for record in listed if record["kind"] in UNDERSTANDING)
+    autograded = [(grade_id, points) for grade_id, _, points, is_code in graded_cells(assignment) if is_code]
+    own = sum(points for grade_id, points in autograded
+              if len({_expected_constants(assignment, grade_id, student) for student in STUDENTS[:12]} - {None}) > 1)
+    sentence = (f"{understanding:g} of {total:g} points ask for understanding; {own:g} of "
+                f"{sum(points for _, points in autograded):g} auto-graded points have an answer of each student's own")
+    text = collapsed(html_module.unescape(re.sub(r"<[^>]+>", " ", page))).replace("\u2019", "'")
+    assert sentence in text, sentence
+    start = page.index(f'<span class="pre">{assignment}</span>')
+    table = page[page.index("<table", start) : page.index("</table>", start)]
+    assert table.count("<tr") == len(listed) + 1, assignment  # a header, then an item a row
