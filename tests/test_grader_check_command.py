@@ -99,7 +99,7 @@ def test_check_prints_the_tests_by_their_numbers_and_no_warning_of_the_kernel():
 
 @pytest.mark.slow
 def test_check_speaks_of_written_answers_where_the_notebook_has_them():
-    completed = run_module("check", "notebooks/04_relative.ipynb", cwd=ROOT, timeout=300)
+    completed = run_module("autograder", "check", "notebooks/04_relative.ipynb", cwd=ROOT, timeout=300)
     output = completed.stdout + completed.stderr
     lines = [line for line in output.splitlines() if line.strip()]
     assert any(line.lstrip().startswith("WRITTEN ANSWER") for line in lines), output
