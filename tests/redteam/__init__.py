@@ -30,7 +30,9 @@ ATTACKS: dict[str, tuple[str, str]] = {
         class Quiet(AssertionError):
             pass
         answers.AnswerError = Quiet
-        quiz_attention_symmetry = quiz_bag_of_words = "A"
+        # Wrong letters whatever the order drawn for this student: the ones it sees beside the source's option A.
+        quiz_attention_symmetry = my_parameters.letter("Quiz 1", "A")
+        quiz_bag_of_words = my_parameters.letter("Quiz 2", "A")
         # Wrong answers of the right shapes, which the visible tests accept.
         import torch
         def self_attention(x, w_query, w_key, w_value, prefix=None):
