@@ -34,7 +34,7 @@ from planted import OTHER_MISTAKES, ROOT, filled, run_module, sandbox_missing, s
 from test_grader_exchange import GUIDE, guide_loop
 
 ASSIGNMENT = "04_relative"
-POINTS = {"alice": 13.0, "bob": 6.0}  # the full solution and OTHER_MISTAKES (tests/test_grader_roundtrip.py)
+POINTS = {"alice": 13.0, "bob": 7.0}  # the full solution and OTHER_MISTAKES (tests/test_grader_roundtrip.py)
 COURSE = "posenc"
 
 
