@@ -9,6 +9,7 @@ the constants and checks that never enter a kernel. Used by the tests of the ite
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import nbformat
@@ -79,3 +80,14 @@ def grade_item(monkeypatch, assignment: str, test_id: str, answer: str | None = 
         kernel_error = f"{type(error).__name__}: {error}"
     reports, problem = parse_reports("\n".join(shown), MARKER, split)
     return decide(split, reports, problem or kernel_error)
+
+
+def adam_l2_entry(learning_rate: float, steps: int, start: float, weight_decay: float = 0.1) -> float:
+    """An entry whose only gradient is Adam's L2 term weight_decay * w (3.7), stepped by Adam's update written out
+    here (Kingma and Ba, with PyTorch's defaults: betas 0.9 and 0.999, eps 1e-8, bias-corrected moments)."""
+    w, m, v = start, 0.0, 0.0
+    for t in range(1, steps + 1):
+        g = weight_decay * w
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        w -= learning_rate * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    return w

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from item_grading import grade_item, hidden_constants, source_cells
+from item_grading import adam_l2_entry, grade_item, hidden_constants, source_cells
 from planted import solutions
 
 # The locked code cells that the answers of an item may use, beyond the notebook's imports.
@@ -676,24 +676,13 @@ def test_the_rows_of_3_1_are_those_of_a_loop_over_each_sequence_and_of_gpt2_with
     assert gpt2_rows.flatten().tolist() == constants["EXPECTED"]
 
 
-def adam_untrained_entry(learning_rate: float, steps: int, start: float, weight_decay: float = 0.1) -> float:
-    """An entry that only Adam's L2 term moves, stepped with Adam's update written out (Kingma and Ba, with
-    PyTorch's defaults betas (0.9, 0.999) and eps 1e-8): the gradient is weight_decay * w."""
-    w, m, v = start, 0.0, 0.0
-    for t in range(1, steps + 1):
-        g = weight_decay * w
-        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
-        w -= learning_rate * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    return w
-
-
 def test_adam_moves_the_untrained_entries_by_about_the_learning_rate_a_step():
     constants = hidden_constants("03_learned", "decay_test")
     [expected] = constants["EXPECTED"]
-    assert expected == pytest.approx(adam_untrained_entry(1e-4, 100, 0.1), abs=1e-12)
+    assert expected == pytest.approx(adam_l2_entry(1e-4, 100, 0.1), abs=1e-12)
     assert abs(expected - (0.1 - 1e-4 * 100)) < constants["TOLERANCE"] / 2  # "about lr a step" is accepted
     # a tenth of the weight decay: the same step but for eps (1e-8 against a gradient of 1e-4)
-    assert adam_untrained_entry(1e-4, 100, 0.1, weight_decay=0.01) == pytest.approx(expected, abs=1e-6)
+    assert adam_l2_entry(1e-4, 100, 0.1, weight_decay=0.01) == pytest.approx(expected, abs=1e-6)
     [adamw] = constants["MISTAKES"][0][1]
     assert adamw == pytest.approx(0.1 * (1 - 1e-4 * 0.1) ** 100, abs=1e-15)
 

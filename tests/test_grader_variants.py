@@ -16,7 +16,7 @@ import nbformat
 import pytest
 import sympy
 import torch
-from item_grading import hidden_constants, source_cells
+from item_grading import adam_l2_entry, hidden_constants, source_cells
 from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
@@ -519,17 +519,6 @@ def test_packed_counts_are_the_runs_that_reach_the_first_and_the_last_position(d
     assert f"{documents} documents fill {sum(runs) // context} rows" in described
 
 
-def adam_l2_entry(learning_rate: float, steps: int, start: float, weight_decay: float = 0.1) -> float:
-    """An entry whose only gradient is Adam's L2 term weight_decay * w, stepped by Adam's update written out here
-    (betas 0.9, 0.999, eps 1e-8, bias-corrected moments)."""
-    w, m, v = start, 0.0, 0.0
-    for t in range(1, steps + 1):
-        g = weight_decay * w
-        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
-        w -= learning_rate * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    return w
-
-
 @pytest.mark.parametrize("steps", by_item("3.7").choices["steps"])
 def test_the_measured_entry_is_adams_update_and_about_lr_a_step(steps):
     for rate, start in itertools.product(by_item("3.7").choices["lr"], by_item("3.7").choices["start"]):
@@ -842,10 +831,9 @@ def copied_answers(assignment: str, answers_of: str) -> dict[str, str]:
 def copied_points(assignment: str, student: str) -> float:
     """What a student of the class who hands in another's answers loses: every varied item, and the quiz
     questions whose right letter differs between the two (24 orders: two students may share one)."""
-    points = {cell: value for cell, value in varied_points(assignment).items()}
     own, copied = quiz_answers(assignment, student), quiz_answers(assignment, CLASS[student])
     quiz_points = sum(1.0 for cell in own if own[cell][1] != copied[cell][1])
-    return sum(points.values()) + quiz_points
+    return sum(varied_points(assignment).values()) + quiz_points
 
 
 def test_the_class_ids_draw_different_parameters_on_every_varied_item():
