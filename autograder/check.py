@@ -27,7 +27,7 @@ import nbformat
 
 from autograder import ASSIGNMENTS, released_notebook
 from autograder.intake.sanitize import read_notebook
-from autograder.kernels import KERNEL_NAME, kernel_environment_set, write_kernelspec
+from autograder.kernels import KERNEL_NAME, execute_in_own_loop, kernel_environment_set, write_kernelspec
 from autograder.progress import NOT_ANSWERED, STATUS_MIME, item_labels
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -111,7 +111,7 @@ def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: in
                 allow_errors=True,
                 resources={"metadata": {"path": str(folder)}},
             )
-            client.execute()
+            execute_in_own_loop(client)
     labels = item_labels(notebook.cells)
     items = []
     for cell in notebook.cells:

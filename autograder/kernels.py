@@ -74,3 +74,18 @@ def kernel_environment_set(jupyter_directory: Path) -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def execute_in_own_loop(client) -> None:
+    """``client.execute()`` for an nbclient ``NotebookClient``, in an event loop of its own that ends with it.
+
+    nbclient's ``execute`` runs on an event loop that it keeps for the thread, and a cell that raises can leave
+    its kernel-alive poll behind on it. The poll then fails on the next notebook's run and lies in memory until
+    the garbage collector finds it, wherever that happens to be: asyncio logs the failure with a traceback, and
+    on Python 3.11 formatting that traceback parses source code, which breaks an ``ast.parse`` that the
+    collector interrupted ("AST constructor recursion depth mismatch"). :func:`asyncio.run` cancels whatever
+    the run leaves pending before it closes the loop, so nothing is left to fail later.
+    """
+    import asyncio
+
+    asyncio.run(client.async_execute())

@@ -8,7 +8,9 @@ Each graded item is read from its source notebook (the answer key) in one or mor
   distinctive numbers is printed there (:func:`distinctive`: a value with enough digits to be itself); an
   answer of one number is looked for on its own chapter's page only, where it would answer the item (on another
   page, 1.05 or 2048 is some other quantity), and a lone integer only from five digits on (chapter 6's table of
-  parameter counts prints 2,112 for Shaw, which is also one student's 6.4 answer in bytes);
+  parameter counts prints 2,112 for Shaw, which is also one student's 6.4 answer in bytes); an answer made of
+  integers under five digits only (a range of distances, 113 to 123) is printed only where its numbers stand
+  side by side, in its order, since each of them alone is on a page of tables for many other reasons;
 - **code**: a solution that defines a function, compared with every function of the book's code cells and of
   ``posenc_ref`` (which ships to students too) after renaming its local names (:func:`code_shape`);
 - **prose**: a written answer's model answer, compared with each of the book's folded solutions by the content
@@ -135,6 +137,22 @@ def distinctive(value: float) -> bool:
     if value == int(value):
         return abs(value) >= 10 ** (SIGNIFICANT_DIGITS - 1)
     return len(f"{abs(value):.4f}".replace(".", "").strip("0")) >= SIGNIFICANT_DIGITS
+
+
+def printed_in_order(text: str) -> list[float]:
+    """The values of ``text``'s numbers in the order a reader meets them."""
+    return [float(token.replace(",", "")) for token in NUMBER.findall(text.replace("\u2212", "-"))]
+
+
+def small_integers(numbers: list[float]) -> bool:
+    """Whether ``numbers`` are all integers of fewer than five digits: each alone could be any count or index."""
+    return all(number == int(number) and abs(number) < 1e4 for number in numbers)
+
+
+def printed_side_by_side(numbers: list[float], in_order: list[float]) -> bool:
+    """Whether ``numbers`` stand next to one another, in their order, among the numbers a page prints."""
+    width = len(numbers)
+    return any(in_order[start:start + width] == numbers for start in range(len(in_order) - width + 1))
 
 
 def is_printed(value: float, printed: set[tuple[float, int]]) -> bool:
@@ -333,12 +351,13 @@ def matches(assignment: str, grade_id: str, cell_type: str, answer: str) -> list
     found = []
     item_forms = forms(assignment, grade_id, cell_type, answer)
     for chapter, text in pages().items() if "numbers" in item_forms else ():
-        printed = printed_numbers(text)
+        printed, in_order = printed_numbers(text), printed_in_order(text)
         for name, numbers in item_forms["numbers"]:
             if len(numbers) == 1 and (chapter != assignment or numbers[0] == int(numbers[0]) and abs(numbers[0]) < 1e4):
                 continue  # one number alone answers the item only where its chapter prints it, and a lone
                 # integer of three or four digits is on a page of tables for many other reasons
-            if all(is_printed(number, printed) for number in numbers):
+            if printed_side_by_side(numbers, in_order) if small_integers(numbers) else all(
+                    is_printed(number, printed) for number in numbers):
                 found.append(f"{chapter}.html prints {name}: {numbers[:6]}")
                 break
     for name, shape in item_forms.get("code", {}).items():
@@ -399,6 +418,15 @@ def test_a_number_is_found_at_the_decimals_it_is_printed_with():
     assert not is_printed(0.8414, printed)  # another value
     assert not is_printed(0.00999983333, printed)  # 0.0100 says 0.01: anything's rounding
     assert not distinctive(0.5) and not distinctive(12.0) and distinctive(0.841470984808) and distinctive(216.0)
+
+
+def test_integers_under_five_digits_are_found_side_by_side_only():
+    range_printed = printed_in_order("distances 113 to 123 share bucket 47")
+    apart = printed_in_order("113 steps; 7 heads; 123 ms")
+    assert small_integers([113.0, 123.0]) and not small_integers([113.0, 0.5]) and not small_integers([12345.0])
+    assert printed_side_by_side([113.0, 123.0], range_printed)
+    assert not printed_side_by_side([113.0, 123.0], apart)
+    assert not printed_side_by_side([123.0, 113.0], range_printed)
 
 
 def test_a_copy_of_a_book_function_with_new_names_is_found():

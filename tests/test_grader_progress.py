@@ -19,7 +19,7 @@ import pytest
 
 from autograder import ASSIGNMENTS, progress, released_notebook, source_notebook
 from autograder.course import write_kernelspec
-from autograder.kernels import KERNEL_NAME, kernel_environment_set
+from autograder.kernels import KERNEL_NAME, execute_in_own_loop, kernel_environment_set
 from autograder.progress import NotAnswered, print_status, visible_test
 
 
@@ -175,7 +175,7 @@ def test_restart_and_run_all_reaches_the_end_of_a_notebook_with_no_answer(assign
     with tempfile.TemporaryDirectory(prefix="progress-") as name:
         write_kernelspec(Path(name))
         with kernel_environment_set(Path(name)):
-            NotebookClient(notebook, timeout=300, kernel_name=KERNEL_NAME, allow_errors=False).execute()
+            execute_in_own_loop(NotebookClient(notebook, timeout=300, kernel_name=KERNEL_NAME, allow_errors=False))
     shown = {}
     for cell in notebook.cells:
         if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code":

@@ -21,6 +21,7 @@ from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
 import autograder.parameters as student_side
+from autograder.kernels import execute_in_own_loop
 from autograder.parameters import QUIZZES, declared_student_id, draw, parameters_for, your_parameters
 from autograder.submitted_tables import submitted_base, submitted_table
 from autograder.variants import variants_of
@@ -684,7 +685,8 @@ def test_the_released_notebook_prints_the_students_parameters_above_the_items(mo
             cell.source = 'STUDENT_ID = "ana"'
         if cell.metadata.get("nbgrader", {}).get("grade_id", "").startswith("explore_"):
             cell.source = ""
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    execute_in_own_loop(NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                       resources={"metadata": {"path": str(ROOT)}}))
     outputs = {
         cell.metadata.get("nbgrader", {}).get("grade_id"): "".join(
             output.get("text", "") + output.get("data", {}).get("text/plain", "") for output in cell.outputs

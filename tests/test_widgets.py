@@ -304,10 +304,12 @@ def assert_cells_display_widgets(sources: list[str], labels: list[str]) -> None:
     import nbformat
     from nbclient import NotebookClient
 
+    from autograder.kernels import execute_in_own_loop
+
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     client = NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
-    client.execute()
+    execute_in_own_loop(client)
     images = [model["state"] for model in notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]
               ["state"].values() if model["model_name"] == "ImageModel"]
     for label, cell in zip(labels, notebook.cells, strict=True):
