@@ -25,7 +25,9 @@ and a reason, and the batch always completes. Each result is also kept as it arr
 Outputs, in DIR (these names only are replaced):
 
 - ``grades.csv``: nbgrader's export columns, one row per student and assignment (0 where a student sent
-  nothing for an assignment that others sent), like ``nbgrader export``;
+  nothing for an assignment that others sent), like ``nbgrader export``; a student whose folder holds only
+  files that were not read (a notebook one folder too high, an unknown assignment's folder) has rows too, 0
+  with the reason in ``items.csv`` and ``report.txt``;
 - ``items.csv``: one row per item (test cell or written answer) of every submission, with its score, status
   (``passed``, ``failed``, ``manual``: waiting for an instructor, ``not graded``: the file could not be
   graded)
@@ -43,7 +45,8 @@ manual score (status ``hand-graded``, the instructor's comment as its message), 
 grade: in the score reported of each submission as it arrives, in ``grades.csv`` and ``report.txt``; and its
 submission's feedback page is made again with it (:mod:`autograder.feedback.handgraded`). The items that
 still wait for a hand grade are printed at the end, and listed in ``report.txt``, by their numbers
-("04_relative 4.6 waits for a hand grade in 1 of 2 submissions: mistakes").
+("04_relative 4.6 waits for a hand grade in 1 of 2 submissions: mistakes"), after the list of what was not
+graded and why (:func:`not_graded_lines`), which ``report.txt`` holds too.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
 from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
 from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES
-from autograder.intake.submissions import collect
+from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
 from autograder.progress import item_labels
 from autograder.records import Records, record_key
@@ -320,7 +323,7 @@ def grade(
     staging = out / f".autograder-new-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        results, warnings_found, labels = _grade_into(path, staging, out, class_gradebook, options)
+        results, warnings_found, labels, unread = _grade_into(path, staging, out, class_gradebook, options)
         write_course_files(staging, out, class_db_url)
         results = _with_hand_grades(results, class_db_url, staging, warnings_found)
         write_csvs(results, staging)
@@ -328,6 +331,9 @@ def grade(
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if not_graded := not_graded_lines(results, unread):
+        print(f"Not graded ({len(not_graded)}; report.txt in {out} says the same):")
+        print("\n".join(f"- {report_text(line)}" for line in not_graded), flush=True)
     if waiting := waiting_for_hand_grades(results, labels):
         print(f"Waiting for a hand grade (python -m autograder formgrader --out {out}), counted 0 until graded:")
         print("\n".join(f"- {report_text(line)}" for line in waiting), flush=True)
@@ -360,13 +366,15 @@ def default_jobs(limits: Limits) -> int:
 
 def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: Options):
     """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings, the number of each
-    item of each assignment by grade id, read from its released notebook)."""
+    item of each assignment by grade id, read from its released notebook, and the intake's warnings about what
+    it did not read that belong to no student's row)."""
     limits = options.limits
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
         work = Path(work_name)
         collection = collect(path, ASSIGNMENTS, received=work / "received", max_bytes=options.max_class_bytes)
         warnings_found = list(collection.warnings)
-        assignments = sorted({submission.assignment for submission in collection.submissions})
+        assignments = sorted({submission.assignment for submission in collection.submissions}
+                             | {skipped.assignment for skipped in collection.skipped if skipped.assignment})
         course = TemporaryCourse(work / "template", assignments)
         kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
         released = {
@@ -473,22 +481,45 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
             deliver.close()
     results = deliver.results
     warnings_found += deliver.warnings
-    students = sorted({result.student for result in results})
+    results += _rows_without_a_submission(results, collection.skipped, assignments, layouts)
+    results.sort(key=lambda result: (result.assignment, result.student))
+    of_students = {skipped.reason for skipped in collection.skipped}
+    return results, warnings_found, labels, [warning for warning in collection.warnings if warning not in of_students]
+
+
+def not_graded_lines(results: list[Result], unread: list[str]) -> list[str]:
+    """What the batch did not grade, a line each, for the terminal: every submission graded 0 with a reason
+    (``ana/02_sinusoidal: <why>``), then every file or folder the intake did not read that belongs to no
+    student (a notebook at the class's top, a folder whose name is no student id)."""
+    lines = [f"{result.student}/{result.assignment}: {result.reason}" for result in results
+             if result.reason not in (None, NOT_SUBMITTED)]
+    return lines + unread
+
+
+def _rows_without_a_submission(results: list[Result], skipped: list[Skipped], assignments: list[str],
+                               layouts: dict) -> list[Result]:
+    """A row of 0 for every student found in the class (graded, or with a file that was not read) and every
+    assignment of the batch that the student has no result for: the reason is what was not read of theirs,
+    for that assignment or for none in particular, else :data:`NOT_SUBMITTED`."""
+    reasons: dict[tuple[str, str | None], list[str]] = {}
+    for one in skipped:
+        reasons.setdefault((one.student, one.assignment), []).append(one.reason)
+    students = sorted({result.student for result in results} | {one.student for one in skipped})
     graded = {(result.student, result.assignment) for result in results}
+    rows = []
     for assignment in assignments:
         for student in students:
-            if (student, assignment) not in graded:
-                results.append(
-                    Result(
-                        student,
-                        assignment,
-                        zero_items(layouts[assignment], "not submitted"),
-                        [],
-                        NOT_SUBMITTED,
-                    )
-                )
-    results.sort(key=lambda result: (result.assignment, result.student))
-    return results, warnings_found, labels
+            if (student, assignment) in graded:
+                continue
+            why = reasons.get((student, assignment)) or reasons.get((student, None))
+            if why:
+                reason = "; ".join(why)
+                rows.append(Result(student, assignment, zero_items(layouts[assignment], "not graded", reason), [],
+                                   reason))
+            else:
+                rows.append(Result(student, assignment, zero_items(layouts[assignment], "not submitted"), [],
+                                   NOT_SUBMITTED))
+    return rows
 
 
 def _warn_now(warnings_found: list[str]) -> Callable[[str], None]:

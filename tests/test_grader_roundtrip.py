@@ -44,6 +44,8 @@ AUTOGRADED = {
 }
 MANUAL_ITEMS = {"04_relative": "self_bias_answer", "05_rope": "long_context_answer"}
 STUDENTS = ("blank", "broken", "cheat", "degrees", "doubled", "full", "halves", "mistakes", "swapped", "unset")
+SHALLOW = "shallow"  # sends 04_relative.ipynb right inside the student's folder
+SHALLOW_REASON = f"{SHALLOW}/04_relative.ipynb: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb"
 
 EXPECTED_SCORES = {
     ("full", "01_permutation"): 13,
@@ -196,6 +198,9 @@ def planted_class(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("planted")
     build_class(root / "submitted")
     shutil.copy(ROOT / "notebooks" / "04_relative.ipynb", root / "submitted" / "stray.ipynb")
+    # A student's notebook one folder too high: never graded, but the student is found and gets rows.
+    (root / "submitted" / SHALLOW).mkdir()
+    shutil.copy(ROOT / "notebooks" / "04_relative.ipynb", root / "submitted" / SHALLOW / "04_relative.ipynb")
     return root
 
 
@@ -211,6 +216,7 @@ def graded(planted_class) -> Path:
         timeout=1200,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
+    (planted_class / "terminal.txt").write_text(completed.stdout, encoding="utf-8")
     return out
 
 
@@ -241,7 +247,7 @@ def feedback_page(graded: Path, student: str, assignment: str) -> str:
 
 def test_grades_csv_has_nbgrader_export_columns_and_a_row_per_student_and_assignment(graded, grades):
     assert (graded / "grades.csv").read_text().splitlines()[0] == EXPORT_HEADER
-    assert set(grades) == {(student, assignment) for student in STUDENTS for assignment in MAX_SCORES}
+    assert set(grades) == {(student, assignment) for student in (*STUDENTS, SHALLOW) for assignment in MAX_SCORES}
 
 
 def test_every_planted_submission_gets_exactly_its_expected_score(grades):
@@ -341,6 +347,24 @@ def test_notebooks_outside_student_assignment_folders_are_reported_not_graded(gr
     report = (graded / "report.txt").read_text()
     assert "stray.ipynb: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb" in report
     assert "__MACOSX" not in report
+
+
+def test_a_student_whose_notebook_was_not_read_has_rows_and_the_terminal_lists_it(planted_class, graded, grades,
+                                                                                  items):
+    for assignment, points in MAX_SCORES.items():
+        row = grades[SHALLOW, assignment]
+        assert (float(row["score"]), float(row["max_score"])) == (0.0, float(points))
+    assert all(row["status"] == "not graded" and row["message"] == SHALLOW_REASON
+               for row in items[SHALLOW, "04_relative"].values())
+    assert (SHALLOW, "02_sinusoidal") not in items  # nothing of theirs was meant for 02: no submission
+    assert f"{SHALLOW}/04_relative: 0 / {MAX_SCORES['04_relative']} (not graded: {SHALLOW_REASON})" in (
+        graded / "report.txt").read_text()
+    terminal = (planted_class / "terminal.txt").read_text()
+    listed = terminal.split("Not graded (", 1)[1].split("\nWaiting for a hand grade", 1)[0].splitlines()
+    assert f"- {SHALLOW}/04_relative: {SHALLOW_REASON}" in listed
+    assert "- stray.ipynb: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb" in listed
+    for (student, assignment), reason in NOT_GRADED.items():
+        assert any(line.startswith(f"- {student}/{assignment}: ") and reason in line for line in listed), reason
 
 
 # -------------------------------------------------------------------------------------------- check

@@ -1,5 +1,7 @@
 """The student edition's README, followed as written on a machine that has nothing of the course: its commands
-make a virtual environment in the edition, install it, serve its notebooks in JupyterLab and check one.
+make a virtual environment in the edition, install it, serve its notebooks in JupyterLab and check one. Then the
+students' guide's hand-in through nbgrader's exchange (book/guide_students.md, "Handing in") runs with the
+edition's own `nbgrader`, against an exchange where the instructor released 04_relative with the course's.
 
 The edition is published into a temporary folder outside this checkout; every ```bash block of its README is run
 in order in one bash shell there, with a PATH holding no virtual environment. `jupyter lab notebooks/` starts a
@@ -27,6 +29,9 @@ from autograder.publish import publish
 
 BASH_BLOCK = re.compile(r"```bash\n(.*?)```", re.DOTALL)
 LAB = "jupyter lab notebooks/"
+ROOT = Path(__file__).resolve().parents[1]
+STUDENTS_GUIDE = ROOT / "book" / "guide_students.md"
+HANDED_IN = "04_relative"
 
 
 def readme_commands(readme: str) -> list[str]:
@@ -55,11 +60,19 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def hand_in_commands(guide: str) -> list[str]:
+    """The students' guide's exchange commands (fetch, submit, fetch feedback), as written."""
+    section = guide.split("(guide-students-hand-in)=", 1)[1].split("\n## ", 2)[1]
+    return readme_commands(section.split("**Any other way**", 1)[0])
+
+
 def test_the_readme_commands_are_found():
     commands = readme_commands((Path(__file__).parents[1] / "autograder" / "student_edition" / "README.md").read_text())
     assert commands[:2] == ["python -m venv .venv", "source .venv/bin/activate"]
     assert "pip install -r requirements.txt" in commands and LAB in commands
     assert "python -m autograder check notebooks/02_sinusoidal.ipynb" in commands
+    assert hand_in_commands(STUDENTS_GUIDE.read_text(encoding="utf-8")) == [
+        f"nbgrader {step} {HANDED_IN} --course posenc" for step in ("fetch_assignment", "submit", "fetch_feedback")]
 
 
 @pytest.mark.slow
@@ -115,3 +128,34 @@ def test_the_editions_readme_works_on_its_own(tmp_path):
     assert checked.returncode == 1 and "NOT ANSWERED" in checked.stdout, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
     assert shlex.split(after_lab[-1])[:3] == ["python", "-m", "autograder"]
+
+    # Handing in through the exchange, as the students' guide writes it, with the edition's nbgrader. The
+    # instructor releases with the course's own; the exchange's place is the machine's configuration (a folder
+    # of Jupyter configuration standing in for /etc/jupyter).
+    exchange, configuration, home = tmp_path / "exchange", tmp_path / "etc-jupyter", tmp_path / "home"
+    for folder in (exchange, configuration, home):
+        folder.mkdir()
+    (configuration / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\n")
+    course = tmp_path / "course"
+    made = subprocess.run([sys.executable, "-m", "autograder", "course", "--out", str(course)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert made.returncode == 0, made.stderr[-3000:]
+    released = subprocess.run(
+        [str(Path(sys.executable).parent / "nbgrader"), "release_assignment", HANDED_IN], cwd=course,
+        env=os.environ | {"JUPYTER_CONFIG_DIR": str(configuration)}, capture_output=True, text=True, timeout=600,
+        check=False)
+    assert released.returncode == 0, released.stderr[-3000:]
+    fetch, submit, _ = hand_in_commands(STUDENTS_GUIDE.read_text(encoding="utf-8"))
+    student = environment | {"HOME": str(home), "JUPYTER_CONFIG_DIR": str(configuration)}
+    handed_in = subprocess.run(
+        ["bash", "-c", (f"set -e\nsource {edition}/.venv/bin/activate\ncd ~\n{fetch}\n{submit}\n"
+                        "jupyter labextension list 2>&1\njupyter server extension list 2>&1\n")],
+        env=student, capture_output=True, text=True, timeout=600, check=False)
+    output = handed_in.stdout + handed_in.stderr
+    assert handed_in.returncode == 0, output[-4000:]
+    assert (home / HANDED_IN / f"{HANDED_IN}.ipynb").is_file()  # fetched into the home
+    (inbound,) = (exchange / "posenc" / "inbound").iterdir()
+    assert inbound.name.split("+")[1] == HANDED_IN and (inbound / f"{HANDED_IN}.ipynb").is_file(), inbound
+    # JupyterLab's Nbgrader menu (Assignment List) is the edition's too.
+    assert re.search(r"@jupyter/nbgrader\b.*enabled", output), output[-4000:]
+    assert re.search(r"nbgrader\.server_extensions\.assignment_list\b.*enabled", output), output[-4000:]

@@ -37,7 +37,7 @@ from autograder.intake.safe_files import Entry, Folder, Refused, shown, walk
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.intake.zip_tree import MAX_ZIP_MEMBERS, ZipTree
 
-__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Submission", "class_root", "collect"]
+__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Skipped", "Submission", "class_root", "collect"]
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
 _SKIPPED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
@@ -61,10 +61,33 @@ class Submission:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A student's file or folder that was not read as a submission: ``reason`` is its warning, ``assignment``
+    the assignment it seems meant for (its folder's or notebook's name), None when nothing tells."""
+
+    student: str
+    assignment: str | None
+    reason: str
+
+
 @dataclass
 class Collection:
+    """What :func:`collect` found: the submissions, every warning, and which of the warnings belong to a
+    student (the student's folder is right under the class's root), so that the student gets a row."""
+
     submissions: list[Submission] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def skip(self, parts: tuple[str, ...], assignments: tuple[str, ...], warning: str) -> None:
+        """Warn about the entry at ``parts`` (below the class's root) and, where its first part names a
+        student, remember it as that student's."""
+        self.warnings.append(warning)
+        if len(parts) < 2 or not STUDENT_ID.fullmatch(parts[0]):
+            return
+        stem = parts[1].removesuffix(".ipynb") if len(parts) == 2 else parts[1]
+        self.skipped.append(Skipped(parts[0], stem if stem in assignments else None, warning))
 
 
 def _skipped(name: str) -> bool:
@@ -208,12 +231,12 @@ def _collect_entries(
     for entry in entries:
         relative = shown("/".join(entry.parts))
         if entry.name.endswith(".ipynb") and len(entry.parts) != 3:
-            collection.warnings.append(
-                f"{relative}: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb"
-            )
+            collection.skip(entry.parts, assignments,
+                            f"{relative}: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb")
         if entry.kind == "link" and len(entry.parts) <= 2:
             what = "a student's" if len(entry.parts) == 1 else "an assignment"
-            collection.warnings.append(f"{relative}: not read: {what} folder that is a symbolic link; links are not followed")
+            collection.skip(entry.parts, assignments,
+                            f"{relative}: not read: {what} folder that is a symbolic link; links are not followed")
         contents.setdefault(entry.parts[:-1], []).append(entry.name)
     for entry in entries:
         if len(entry.parts) == 2 and entry.kind == "folder":
@@ -229,9 +252,8 @@ def _collect_folder(
     student, assignment = parts
     if assignment not in assignments:
         if any(name.endswith(".ipynb") for name in names):
-            collection.warnings.append(
-                f"{relative}: unknown assignment {shown(assignment)!r}; known: {', '.join(assignments)}"
-            )
+            collection.skip(parts, assignments,
+                            f"{relative}: unknown assignment {shown(assignment)!r}; known: {', '.join(assignments)}")
         return
     if not STUDENT_ID.fullmatch(student):
         collection.warnings.append(f"{relative}: {shown(student)!r} is not a valid student id (letters, digits, _.@+-)")
@@ -241,7 +263,7 @@ def _collect_folder(
         with open_folder(student, assignment) as folder:
             submission = _receive(folder, student, assignment, names, destination, budget)
     except Refused as error:  # a mount point, or replaced by a link since the walk
-        collection.warnings.append(f"{relative}: not read: {error}")
+        collection.skip(parts, assignments, f"{relative}: not read: {error}")
         return
     except OSError as error:  # the grader's own folder could not be made (a disk full): 0, with the reason
         reason = f"the submission could not be received ({error.strerror or type(error).__name__})"
