@@ -25,14 +25,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("results",),
     ("length_generalization",),
-    ("extension", "fit_tuning"),
+    ("extension", "fit_tuning", "recipe_search"),
     ("attention_maps", "evidence"),
     ("comparisons",),
     ("cli",),
     ("__main__",),
 )
 """The lab's modules in the order data flows through them: tasks and models -> train -> the studies (sweep,
-settings, results, length generalization, context extension) -> what reads their trained models and scores
+settings, results, length generalization, context extension, the searches for a budget) -> what reads their trained models and scores
 (attention maps, evidence) -> the reading of a study (comparisons) -> the command line. A module may import
 modules of earlier layers only."""
 

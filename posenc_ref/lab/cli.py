@@ -4,7 +4,9 @@ r"""``python -m posenc_ref.lab``: chapter 6's studies as commands that write the
 (:func:`~posenc_ref.lab.length_generalization.run_length_generalization`, whose module describes the study
 and its options); ``context-extension`` reads the rotary decoders of such a sweep at longer sizes with each
 scaling rule (:func:`~posenc_ref.lab.extension.run_context_extension`); ``fit-tuning`` trains unfitted cells of
-the study again under one change of budget at a time (:func:`~posenc_ref.lab.fit_tuning.run_fit_tuning`).
+the study again under one change of budget at a time (:func:`~posenc_ref.lab.fit_tuning.run_fit_tuning`);
+``recipe-search`` chooses each kind's training recipe inside the training range, on seeds the study does not
+use (:func:`~posenc_ref.lab.recipe_search.run_recipe_search`).
 ``python -m posenc_ref.lab <command> --help`` lists the options of each.
 """
 
@@ -25,6 +27,7 @@ from posenc_ref._checks import check_positive_int
 from posenc_ref.lab.extension import ExtensionSettings, run_context_extension
 from posenc_ref.lab.fit_tuning import run_fit_tuning
 from posenc_ref.lab.length_generalization import run_length_generalization
+from posenc_ref.lab.recipe_search import RECIPES, SEARCH_SEEDS, choice_lines, run_recipe_search, write_choices
 from posenc_ref.lab.results import format_table
 from posenc_ref.lab.settings import (
     FULL_SETTINGS,
@@ -93,7 +96,27 @@ def _parser() -> argparse.ArgumentParser:
     tuning.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
     tuning.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
     tuning.add_argument("--no-progress", action="store_true", help="no progress bar")
+    search = commands.add_parser("recipe-search", help="choose each kind's training recipe inside the training "
+                                                       "range, on seeds of its own (see posenc_ref.lab.recipe_search)")
+    search.add_argument("--out", required=True, metavar="DIR", help="one folder per recipe and seed goes here")
+    search.add_argument("--tasks", type=_names, default=FULL_SETTINGS.tasks, metavar="A,B",
+                        help="tasks (default: the study's)")
+    search.add_argument("--positions", type=_names, default=FULL_SETTINGS.positions, metavar="A,B",
+                        help="position kinds (default: the study's)")
+    search.add_argument("--recipes", type=_names, default=tuple(RECIPES), metavar="A,B",
+                        help=f"recipes among {', '.join(RECIPES)} (default: all)")
+    search.add_argument("--seeds", type=_seeds, default=SEARCH_SEEDS, metavar="A,B",
+                        help=f"seeds, none of the study's (default: {','.join(map(str, SEARCH_SEEDS))})")
+    search.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
+    search.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(seed) for seed in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be whole numbers separated by commas, got {text!r}") from None
 
 
 def settings_from_arguments(arguments: argparse.Namespace) -> LengthGeneralizationSettings:
@@ -146,6 +169,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     arguments = parser.parse_args(argv)
     if arguments.command == "context-extension":
         return _extension_main(parser, arguments, argv)
+    if arguments.command == "recipe-search":
+        try:
+            torch.set_num_threads(1)
+            results = run_recipe_search(arguments.out, tasks=arguments.tasks, positions=arguments.positions,
+                                        recipes=arguments.recipes, seeds=arguments.seeds, jobs=arguments.jobs,
+                                        progress=not arguments.no_progress,
+                                        command=["python", "-m", "posenc_ref.lab", *(
+                                            sys.argv[1:] if argv is None else argv)])
+        except (TypeError, ValueError) as error:
+            parser.error(str(error))
+        print("\n".join(choice_lines(write_choices(arguments.out))))
+        return [row for rows in results.values() for row in rows]
     if arguments.command == "fit-tuning":
         try:
             torch.set_num_threads(1)

@@ -60,6 +60,7 @@ from posenc_ref.lab.settings import (
     LengthGeneralizationSettings,
     Run,
     _settings_record,
+    saved_settings,
 )
 from posenc_ref.lab.tasks import vocabulary_size
 from posenc_ref.lab.train import resolve_device, score, train_model
@@ -153,7 +154,7 @@ def _check_resumable(out_dir: Path, settings: LengthGeneralizationSettings, resu
     path = out_dir / "settings.json"
     record = _settings_record(settings)
     if resume and path.exists():
-        saved = json.loads(path.read_text())
+        saved = _settings_record(saved_settings(out_dir))  # a field added since takes its default
         changed = sorted(name for name in set(saved) | set(record) if saved.get(name) != record.get(name))
         if changed:
             raise ValueError(f"{out_dir} holds runs made with other settings (they differ in {changed}); "

@@ -70,6 +70,7 @@ class LengthGeneralizationSettings:
         seeds: one run per seed (model initialisation and training data).
         d_model, num_heads, num_layers: the size of every model.
         max_steps, batch_size, learning_rate, target_accuracy: the training budget and stopping rule.
+        warmup_steps: steps of the learning rate's linear warm-up from 0 to ``learning_rate``.
         eval_examples: examples scored per length.
         num_symbols: content symbols (``recall`` needs at least the largest evaluation length).
         backend: attention backend of every layer, ``"reference"`` or ``"fast"`` (same results).
@@ -91,6 +92,7 @@ class LengthGeneralizationSettings:
     max_steps: int = 800
     batch_size: int = 64
     learning_rate: float = 3e-3
+    warmup_steps: int = 50
     schedule: str = "constant"
     target_accuracy: float = 0.99
     eval_examples: int = 512
@@ -140,7 +142,8 @@ class LengthGeneralizationSettings:
         """The :class:`~posenc_ref.lab.train.TrainSettings` of every run on ``task``."""
         return TrainSettings(
             min_length=self.min_train_length, max_length=self.train_length, max_steps=self.max_steps,
-            batch_size=self.batch_size, learning_rate=self.learning_rate, schedule=self.schedule,
+            batch_size=self.batch_size, learning_rate=self.learning_rate, warmup_steps=self.warmup_steps,
+            schedule=self.schedule,
             target_accuracy=self.target_accuracy, num_symbols=self.num_symbols,
         )
 
@@ -182,7 +185,8 @@ class LengthGeneralizationSettings:
 FULL_SETTINGS = LengthGeneralizationSettings(
     positions=tuple(POSITION_KINDS), models=("decoder",), tasks=("copy", "bites", "recall"), train_length=8,
     min_train_length=3, eval_lengths=tuple(range(3, 25)), seeds=tuple(range(10)), d_model=32, num_heads=4,
-    num_layers=2, max_steps=4000, batch_size=64, learning_rate=3e-3, schedule="cosine", target_accuracy=0.99,
+    num_layers=2, max_steps=4000, batch_size=64, learning_rate=3e-3, warmup_steps=50, schedule="cosine",
+    target_accuracy=0.99,
     eval_examples=512, num_symbols=32, backend="fast", randomized=(), random_range=1.0,
 )
 """The study committed with the book (``book/data/length-generalization/``): the decoders of every kind on copy,

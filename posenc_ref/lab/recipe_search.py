@@ -1,0 +1,183 @@
+r"""Each position kind's training recipe, chosen on held-out data inside the training range only.
+
+Command line::
+
+    python -m posenc_ref.lab recipe-search --out DIR [--positions A,B] [--tasks A,B] [--recipes A,B]
+        [--seeds 100,101,102] [--jobs N] [--no-progress]
+
+The study trains every kind with one recipe (:data:`posenc_ref.lab.settings.FULL_SETTINGS`). A kind that does
+not fit its tasks under that recipe says nothing about lengths beyond the training range, so before kinds are
+compared each gets the recipe, among :data:`RECIPES`, under which it fits best. The search must not look at
+what the comparison will read, so:
+
+- it scores the training sizes only (``eval_lengths`` = ``min_train_length`` .. L): no run of the search is
+  ever evaluated beyond L;
+- it trains on seeds of its own (:data:`SEARCH_SEEDS`, disjoint from the study's 0..9): its models, training
+  examples and scoring examples are not the study's.
+
+Each recipe runs one seed at a time into ``DIR/<recipe>/seed-<seed>/``, a resumable sweep of its own with its
+``settings.json``, ``provenance.json`` and ``results.csv``: a search stopped at any point continues where it
+stopped, and the seeds finished so far are a usable first stage (every recipe's first seed comes before any
+recipe's second).
+
+:func:`choose_recipes` reads the finished runs and chooses, per kind, the recipe under which the most of its
+(task, seed) runs fitted (:func:`posenc_ref.lab.results.fitted`); a tie goes to the higher mean over those runs
+of the lowest exact match inside the training range, then to the cheaper recipe (the earlier in
+:data:`RECIPES`). A choice is made on the seeds that every candidate recipe has finished for that kind, so that
+recipes are compared on the same seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posenc_ref._checks import check_positive_int
+from posenc_ref.lab import sweep
+from posenc_ref.lab.length_generalization import run_length_generalization
+from posenc_ref.lab.results import fitted, kind_label
+from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "study": {},
+    "slow-long": {"learning_rate": 1e-3, "max_steps": 8000, "warmup_steps": 500},
+    "wide-slow-long": {"d_model": 64, "learning_rate": 1e-3, "max_steps": 8000, "warmup_steps": 500},
+    "wide-deep-slow-long": {"d_model": 64, "num_layers": 3, "learning_rate": 1e-3, "max_steps": 8000,
+                            "warmup_steps": 500},
+}
+"""The candidate recipes, cheapest first, as changes of the study's settings: the study's own (d = 32, two
+layers, peak learning rate 3e-3 after 50 warm-up steps, up to 4000 steps); a third of its learning rate after a
+longer warm-up, with twice the steps; the same at twice the width (d = 64, heads of 16 dimensions); and the
+same with a third layer. Every recipe keeps the study's stopping rule, batch size, schedule and model kind."""
+
+SEARCH_SEEDS: tuple[int, ...] = (100, 101, 102)
+"""The search's seeds: none of them is a seed of the study (0..9)."""
+
+
+def search_settings(recipe: str, *, tasks: Sequence[str], positions: Sequence[str],
+                    seed: int) -> LengthGeneralizationSettings:
+    """The study's settings under ``recipe``, on the chosen cells and one seed, scored inside the training
+    range only.
+
+    Raises:
+        ValueError: an unknown recipe, a seed of the study, or cells the study's settings do not allow.
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {list(RECIPES)}, got {recipe!r}")
+    if seed in FULL_SETTINGS.seeds:
+        raise ValueError(f"seed must not be one of the study's seeds {list(FULL_SETTINGS.seeds)}, got {seed}: "
+                         f"a recipe chosen on the study's own runs would be tested on the data it was chosen on")
+    inside = tuple(range(FULL_SETTINGS.min_train_length, FULL_SETTINGS.train_length + 1))
+    return dataclasses.replace(FULL_SETTINGS, tasks=tuple(tasks), positions=tuple(positions), seeds=(seed,),
+                               eval_lengths=inside, **RECIPES[recipe])
+
+
+def recipe_folder(out_dir: str | Path, recipe: str, seed: int) -> Path:
+    return Path(out_dir) / recipe / f"seed-{seed}"
+
+
+def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: Sequence[str],
+                      recipes: Sequence[str] = tuple(RECIPES), seeds: Sequence[int] = SEARCH_SEEDS,
+                      jobs: int = 2, progress: bool = True, command: Sequence[str]) -> dict[str, list[dict]]:
+    """Run every recipe on every seed, seed by seed, each into :func:`recipe_folder` on the CPU with one thread
+    per job; returns ``{"<recipe>/seed-<seed>": rows}``. ``command`` is recorded in each folder's provenance.
+
+    Raises:
+        ValueError: an unknown recipe, a seed of the study, cells the study's settings do not allow, or
+            ``jobs`` < 1.
+    """
+    check_positive_int("jobs", jobs)
+    if not recipes or isinstance(recipes, str):
+        raise ValueError(f"recipes must be a non-empty sequence of names from {list(RECIPES)}, got {recipes!r}")
+    chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=positions, seed=seed))
+              for seed in seeds for recipe in recipes]  # every setting checked before the first run
+    results = {}
+    for recipe, seed, settings in chosen:
+        begin = time.perf_counter()
+        results[f"{recipe}/seed-{seed}"] = run_length_generalization(
+            settings, out_dir=recipe_folder(out_dir, recipe, seed), device="cpu", jobs=jobs, threads=1,
+            progress=progress, verbose=False, plots=False, command=list(command))
+        print(f"{recipe}, seed {seed}: {len(settings.runs())} runs in {time.perf_counter() - begin:.0f} s",
+              flush=True)
+    return results
+
+
+@dataclass(frozen=True)
+class RecipeChoice:
+    """The recipe chosen for one kind, with what it was chosen on."""
+
+    kind: str
+    recipe: str
+    seeds: tuple[int, ...]  # the seeds every candidate finished
+    fitted: dict[str, int]  # recipe -> runs fitted, over the tasks and those seeds
+    runs: int  # (task, seed) runs per recipe
+    lowest_inside: dict[str, float]  # recipe -> mean lowest exact match inside the training range
+
+
+def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, target_accuracy: float,
+                   train_length: int) -> dict[str, RecipeChoice]:
+    """Each kind's recipe from the search's rows, ``{recipe: rows}`` (rows of :data:`CSV_COLUMNS`), as the
+    module's docstring says. Recipes are ranked in the order of ``rows_by_recipe`` for the last tie.
+
+    Raises:
+        ValueError: a row beyond ``train_length`` (a recipe must not be chosen on lengths beyond L), or a kind
+            that some recipe has no finished run of on a seed the others share.
+    """
+    beyond = [row for rows in rows_by_recipe.values() for row in rows if int(row["length"]) > train_length]
+    if beyond:
+        raise ValueError(f"the search's rows must lie inside the training range (length <= {train_length}); "
+                         f"{len(beyond)} rows lie beyond it, e.g. length {beyond[0]['length']}")
+    runs: dict[tuple[str, str], dict[tuple[str, int], list[dict]]] = {}
+    for recipe, rows in rows_by_recipe.items():
+        for row in rows:
+            runs.setdefault((kind_label(row), recipe), {}).setdefault((row["task"], int(row["seed"])), []).append(row)
+    choices = {}
+    for kind in dict.fromkeys(kind for kind, _ in runs):
+        candidates = [recipe for recipe in rows_by_recipe if (kind, recipe) in runs]
+        shared = set.intersection(*(set(runs[kind, recipe]) for recipe in candidates))
+        if not shared:
+            raise ValueError(f"kind {kind!r}: the recipes {candidates} share no finished (task, seed) run")
+        fitted_runs, lowest = {}, {}
+        for recipe in candidates:
+            chosen_runs = [runs[kind, recipe][key] for key in sorted(shared)]
+            fitted_runs[recipe] = sum(fitted(run_rows, target_accuracy) for run_rows in chosen_runs)
+            lowest[recipe] = statistics.fmean(min(float(row["accuracy"]) for row in run_rows)
+                                              for run_rows in chosen_runs)
+        best = min(candidates, key=lambda recipe: (-fitted_runs[recipe], -lowest[recipe], candidates.index(recipe)))
+        choices[kind] = RecipeChoice(kind, best, tuple(sorted({seed for _, seed in shared})), fitted_runs,
+                                     len(shared), lowest)
+    return choices
+
+
+def read_search(out_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The rows of every finished run of a search folder, ``{recipe: rows}`` in the order of :data:`RECIPES`,
+    read from each run's saved result (``<recipe>/seed-<seed>/runs/<run>.json``), so that a seed whose sweep
+    was interrupted contributes the runs it finished."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for recipe in RECIPES:
+        for path in sorted((Path(out_dir) / recipe).glob(f"seed-*/{sweep.RUNS_FOLDER}/*.json")):
+            found.setdefault(recipe, []).extend(json.loads(path.read_text()))
+    return found
+
+
+def write_choices(out_dir: str | Path) -> dict[str, RecipeChoice]:
+    """Choose from what ``out_dir`` holds (:func:`read_search`, :func:`choose_recipes` at the study's target and
+    L) and write the choices to ``out_dir/chosen.json``; returns them."""
+    choices = choose_recipes(read_search(out_dir), target_accuracy=FULL_SETTINGS.target_accuracy,
+                             train_length=FULL_SETTINGS.train_length)
+    record = {kind: dataclasses.asdict(choice) for kind, choice in choices.items()}
+    (Path(out_dir) / "chosen.json").write_text(json.dumps(record, indent=1) + "\n")
+    return choices
+
+
+def choice_lines(choices: Mapping[str, RecipeChoice]) -> list[str]:
+    """One line per kind: the recipe chosen, and how many runs each recipe fitted."""
+    return [f"{kind}: {choice.recipe} (runs fitted of {choice.runs}, seeds {list(choice.seeds)}: "
+            + ", ".join(f"{recipe} {count}" for recipe, count in choice.fitted.items()) + ")"
+            for kind, choice in choices.items()]

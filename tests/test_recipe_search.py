@@ -1,0 +1,124 @@
+"""posenc_ref.lab.recipe_search: recipes searched inside the training range, on seeds that are not the study's."""
+
+import dataclasses
+import json
+
+import pytest
+
+from posenc_ref.lab import cli, recipe_search
+from posenc_ref.lab.settings import FULL_SETTINGS
+
+INSIDE = tuple(range(3, 9))
+
+
+def changed_fields(settings):
+    return {field.name for field in dataclasses.fields(settings)
+            if getattr(settings, field.name) != getattr(FULL_SETTINGS, field.name)}
+
+
+@pytest.mark.parametrize("recipe", list(recipe_search.RECIPES))
+def test_each_recipe_changes_its_budget_and_scores_the_training_sizes_only(recipe):
+    settings = recipe_search.search_settings(recipe, tasks=("recall",), positions=("t5",), seed=101)
+    assert changed_fields(settings) - {"tasks", "positions", "seeds", "eval_lengths"} == set(
+        recipe_search.RECIPES[recipe])
+    assert settings.eval_lengths == INSIDE and settings.seeds == (101,)
+
+
+def test_the_recipes_are_the_ones_the_docstring_names():
+    recipes = recipe_search.RECIPES
+    assert recipes["study"] == {}
+    assert recipes["slow-long"] == {"learning_rate": 1e-3, "max_steps": 8000, "warmup_steps": 500}
+    assert recipes["wide-slow-long"] == {**recipes["slow-long"], "d_model": 64}
+    assert recipes["wide-deep-slow-long"] == {**recipes["wide-slow-long"], "num_layers": 3}
+    assert FULL_SETTINGS.warmup_steps == 50 and FULL_SETTINGS.learning_rate == 3e-3
+
+
+def test_a_seed_of_the_study_and_an_unknown_recipe_are_refused():
+    with pytest.raises(ValueError, match="must not be one of the study's seeds"):
+        recipe_search.search_settings("study", tasks=("copy",), positions=("rope",), seed=3)
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        recipe_search.search_settings("dropout", tasks=("copy",), positions=("rope",), seed=100)
+    assert not set(recipe_search.SEARCH_SEEDS) & set(FULL_SETTINGS.seeds)
+
+
+def run_rows(kind, task, seed, exact_by_length):
+    """The rows of one run: its exact match at each training size."""
+    return [{"position": kind, "randomized": False, "model": "decoder", "task": task, "seed": seed,
+             "length": length, "accuracy": exact, "in_training_range": True}
+            for length, exact in zip(INSIDE, exact_by_length, strict=True)]
+
+
+FIT = (1.0,) * 6
+ALMOST = (1.0, 1.0, 1.0, 1.0, 0.995, 0.97)  # lowest 0.97: not fitted
+POOR = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # lowest 0.4
+
+
+def test_the_recipe_that_fits_the_most_runs_is_chosen():
+    rows = {
+        "study": run_rows("rope", "copy", 100, FIT) + run_rows("rope", "copy", 101, POOR),
+        "slow-long": run_rows("rope", "copy", 100, FIT) + run_rows("rope", "copy", 101, FIT),
+    }
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert (choice.kind, choice.recipe, choice.fitted, choice.runs) == ("rope", "slow-long",
+                                                                       {"study": 1, "slow-long": 2}, 2)
+    assert choice.lowest_inside == {"study": pytest.approx((1.0 + 0.4) / 2), "slow-long": 1.0}
+
+
+def test_ties_go_to_the_higher_lowest_exact_match_then_to_the_cheaper_recipe():
+    rows = {"study": run_rows("t5", "recall", 100, POOR), "slow-long": run_rows("t5", "recall", 100, ALMOST),
+            "wide-slow-long": run_rows("t5", "recall", 100, ALMOST)}
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert choice.recipe == "slow-long" and choice.fitted == {"study": 0, "slow-long": 0, "wide-slow-long": 0}
+
+
+def test_recipes_are_compared_on_the_seeds_they_all_finished():
+    rows = {"study": run_rows("alibi", "copy", 100, POOR) + run_rows("alibi", "copy", 101, FIT),
+            "slow-long": run_rows("alibi", "copy", 100, ALMOST)}  # seed 101 still running
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert choice.seeds == (100,) and choice.recipe == "slow-long" and choice.runs == 1
+
+
+def test_a_row_beyond_the_training_range_is_refused():
+    rows = run_rows("rope", "copy", 100, FIT)
+    rows.append({**rows[-1], "length": 9, "in_training_range": False})
+    with pytest.raises(ValueError, match="must lie inside the training range"):
+        recipe_search.choose_recipes({"study": rows}, target_accuracy=0.99, train_length=8)
+
+
+def test_the_command_runs_seed_by_seed_and_writes_its_choice(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def recording_run(settings, *, out_dir, command, **options):
+        """Stands in for the training: every run fits under slow-long, none under the study's recipe."""
+        calls.append((settings, out_dir, command, options))
+        (out_dir / "runs").mkdir(parents=True)
+        rows = []
+        for run in settings.runs():
+            run_rows_ = run_rows(run.position, run.task, run.seed, FIT if settings.max_steps == 8000 else POOR)
+            (out_dir / "runs" / f"{run.key}.json").write_text(json.dumps(run_rows_))
+            rows += run_rows_
+        return rows
+
+    monkeypatch.setattr(recipe_search, "run_length_generalization", recording_run)
+    cli.main(["recipe-search", "--out", str(tmp_path), "--tasks", "recall", "--positions", "t5,rope",
+              "--recipes", "study,slow-long", "--seeds", "100,101", "--no-progress"])
+    assert [out_dir.relative_to(tmp_path).as_posix() for _, out_dir, _, _ in calls] == [
+        "study/seed-100", "slow-long/seed-100", "study/seed-101", "slow-long/seed-101"]
+    assert all(settings.eval_lengths == INSIDE for settings, _, _, _ in calls)
+    assert calls[0][2][:4] == ["python", "-m", "posenc_ref.lab", "recipe-search"]
+    chosen = json.loads((tmp_path / "chosen.json").read_text())
+    assert {kind: choice["recipe"] for kind, choice in chosen.items()} == {"t5": "slow-long", "rope": "slow-long"}
+    assert chosen["rope"]["fitted"] == {"study": 0, "slow-long": 2}
+    assert "rope: slow-long" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-search", "--out", str(tmp_path), "--seeds", "0,100"])
+    assert "must not be one of the study's seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-search", "--out", str(tmp_path), "--seeds", "x"])
+    assert "seeds must be whole numbers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-search", "--out", str(tmp_path), "--recipes", "dropout"])
+    assert "recipe must be one of" in capsys.readouterr().err
