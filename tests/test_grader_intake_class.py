@@ -261,3 +261,23 @@ def test_the_free_space_is_read_from_the_grader_folder(tmp_path, monkeypatch):
     [submission] = collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received").submissions
     assert asked == [tmp_path / "received"]
     assert "the grader's folder has 0 bytes free" in submission.reason
+
+
+def test_what_was_not_read_of_a_students_folder_is_kept_as_that_students(tmp_path):
+    """grade gives such a student rows (tests/test_grader_roundtrip.py); the intake says whose each warning is."""
+    from autograder.intake.submissions import Skipped
+
+    root = tmp_path / "class"
+    _put(root / "ana" / "02_sinusoidal.ipynb")  # one folder too high
+    _put(root / "bob" / "homework" / "homework.ipynb")  # an unknown assignment
+    _put(root / "carl" / "01_permutation" / "deeper" / "01_permutation.ipynb")  # one folder too deep
+    _put(root / "stray.ipynb")  # the class's top: nobody's
+    _put(tmp_path / "elsewhere" / "01_permutation" / "01_permutation.ipynb")
+    (root / "eve").symlink_to(tmp_path / "elsewhere")  # a student's folder that is a link
+    collection = collect(root, ASSIGNMENTS, tmp_path / "received")
+    assert collection.submissions[0].student == "carl" and len(collection.submissions) == 1
+    whose = sorted((one.student, one.assignment) for one in collection.skipped)
+    assert whose == [("ana", "02_sinusoidal"), ("bob", None), ("carl", "01_permutation"), ("eve", None)]
+    assert all(isinstance(one, Skipped) and one.reason in collection.warnings for one in collection.skipped)
+    assert any(warning.startswith("stray.ipynb: not graded") for warning in collection.warnings)
+    assert "stray.ipynb" not in {one.student for one in collection.skipped}

@@ -81,12 +81,13 @@ class Collection:
     skipped: list[Skipped] = field(default_factory=list)
 
     def skip(self, parts: tuple[str, ...], assignments: tuple[str, ...], warning: str) -> None:
-        """Warn about the entry at ``parts`` (below the class's root) and, where its first part names a
-        student, remember it as that student's."""
+        """Warn about the entry at ``parts`` (below the class's root) and, where it lies in a student's folder
+        or is that folder (``parts`` of one name: the caller passes only a folder so), remember it as that
+        student's."""
         self.warnings.append(warning)
-        if len(parts) < 2 or not STUDENT_ID.fullmatch(parts[0]):
+        if not STUDENT_ID.fullmatch(parts[0]):
             return
-        stem = parts[1].removesuffix(".ipynb") if len(parts) == 2 else parts[1]
+        stem = None if len(parts) == 1 else parts[1].removesuffix(".ipynb") if len(parts) == 2 else parts[1]
         self.skipped.append(Skipped(parts[0], stem if stem in assignments else None, warning))
 
 
@@ -231,8 +232,11 @@ def _collect_entries(
     for entry in entries:
         relative = shown("/".join(entry.parts))
         if entry.name.endswith(".ipynb") and len(entry.parts) != 3:
-            collection.skip(entry.parts, assignments,
-                            f"{relative}: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb")
+            warning = f"{relative}: not graded: a submission must be <student>/<assignment>/<notebook>.ipynb"
+            if len(entry.parts) == 1:  # a notebook at the class's top: no student's
+                collection.warnings.append(warning)
+            else:
+                collection.skip(entry.parts, assignments, warning)
         if entry.kind == "link" and len(entry.parts) <= 2:
             what = "a student's" if len(entry.parts) == 1 else "an assignment"
             collection.skip(entry.parts, assignments,
