@@ -33,10 +33,11 @@ def _render(name: str, **values) -> str:
     return Environment(loader=FileSystemLoader([str(TEMPLATES)])).get_template(name).render(**values)
 
 
-def test_jupyterlab_runs_without_terminals_and_with_the_policy_extension(tmp_path):
+def test_jupyterlab_runs_without_terminals_and_with_the_policy_and_refusal_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
-    assert '--ServerApp.jpserver_extensions={"autograder.formgrader_csp": True}' in command
+    extensions = "{'autograder.formgrader_csp': True, 'autograder.formgrader_refusals': True}"
+    assert f"--ServerApp.jpserver_extensions={extensions}" in command
 
 
 def test_the_manage_submissions_page_gets_the_hashes_of_its_two_scripts(inline_scripts):
