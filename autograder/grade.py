@@ -67,7 +67,13 @@ from autograder.executors.local import run_local
 from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
-from autograder.gradebook import copy_assignments, open_gradebook, record, submitted_timestamp, with_hand_grades
+from autograder.gradebook import (
+    copy_assignments,
+    open_gradebook,
+    record,
+    submitted_timestamp,
+    with_hand_grades,
+)
 from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.intake.submissions import collect
 from autograder.pipeline import write_ungraded

@@ -159,7 +159,9 @@ def test_the_formgraders_autograde_feedback_and_collect_buttons_are_refused_and_
                 return text
 
             page.goto(f"{base}/formgrader/manage_submissions/{ASSIGNMENT}")
-            rows = {student: page.locator("tr", has=page.locator("td.student-id", has_text=student)) for student in STUDENTS}
+            rows = {
+                student: page.locator("tr", has=page.locator("td.student-id", has_text=student)) for student in STUDENTS
+            }
             for row in rows.values():
                 row.locator("td.status span").wait_for()
             assert [rows[student].locator("td.status").inner_text().strip() for student in STUDENTS] == [
