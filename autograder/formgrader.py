@@ -10,8 +10,11 @@ default) and ``--port`` (a free one by default), with a token drawn at random un
 (and with ``--allow-root`` when run as root).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
 the browser, which would be a root shell where the grader runs as root), and every response carries the
-Content-Security-Policy of :mod:`autograder.formgrader_csp` (no inline script runs but the templates' own),
-a server extension that this package puts on the server's ``PYTHONPATH``.
+Content-Security-Policy of :mod:`autograder.formgrader_csp` (no inline script runs but the templates' own).
+The formgrader's buttons that would grade, write or release feedback, or collect, with nbgrader's own commands
+(Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
+job (:mod:`autograder.formgrader_refusals`). Both are server extensions that this package puts on the
+server's ``PYTHONPATH``.
 The command prints the formgrader's address with the token once the server answers, and runs until it is
 stopped (Ctrl-C), stopping JupyterLab with it.
 """
@@ -31,7 +34,10 @@ from typing import TextIO
 from autograder.course_directory import configured_db_url
 
 START_SECONDS = 120
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # where the server imports autograder.formgrader_csp
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # where the server imports its extensions
+# The server extensions of this package: the policy on every response, and the refusal of the formgrader's calls
+# that would bypass the course's grader.
+SERVER_EXTENSIONS = ("autograder.formgrader_csp", "autograder.formgrader_refusals")
 
 
 def free_port(ip: str) -> int:
@@ -53,7 +59,7 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
         "--ServerApp.port_retries=0",
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
-        '--ServerApp.jpserver_extensions={"autograder.formgrader_csp": True}',
+        f"--ServerApp.jpserver_extensions={dict.fromkeys(SERVER_EXTENSIONS, True)!r}",
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root
         command.append("--allow-root")

@@ -70,7 +70,13 @@ from autograder.executors.local import run_local
 from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
-from autograder.gradebook import copy_assignments, open_gradebook, record, with_hand_grades
+from autograder.gradebook import (
+    copy_assignments,
+    open_gradebook,
+    record,
+    submitted_timestamp,
+    with_hand_grades,
+)
 from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
@@ -167,8 +173,11 @@ class Delivery:
         self.bar = tqdm(total=total, unit="notebook", desc="grading", disable=not progress, file=sys.stderr)
 
     def __call__(self, result: Result) -> None:
+        kept = self.keys.get((result.student, result.assignment))
+        # the nbgrader files that came with the submission were copied beside its autograded notebook
+        timestamp = submitted_timestamp(kept[1]["autograded.ipynb"].parent) if kept is not None else None
         try:
-            record(self.gradebook, result)
+            record(self.gradebook, result, timestamp)
         except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
             self.gradebook.db.rollback()
             self.warnings.append(
@@ -176,7 +185,7 @@ class Delivery:
                 f"({type(error).__name__}: {str(error)[:200]})"
             )
         self.results.append(result)  # as graded: the hand grades are read again once the batch is done
-        if (kept := self.keys.get((result.student, result.assignment))) is not None:
+        if kept is not None:
             try:
                 self.records.save(result, *kept)
             except OSError as error:

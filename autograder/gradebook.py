@@ -19,9 +19,11 @@ New databases: nbgrader stamps a new gradebook with its schema version (alembic'
 
 from __future__ import annotations
 
+import datetime
 import functools
 import warnings
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # nbgrader is imported lazily: it takes a second
@@ -102,12 +104,33 @@ def copy_assignments(source: Gradebook, target: Gradebook, assignments: Iterable
                 )
 
 
-def record(gradebook: Gradebook, result: Result) -> None:
+def submitted_timestamp(folder: Path) -> datetime.datetime | None:
+    """The time of the submission whose nbgrader files are in ``folder`` (its ``timestamp.txt``, which ``grade``
+    copies beside the autograded notebook from the submission's folder), read as ``nbgrader autograde`` reads
+    it (``nbgrader.utils.parse_utc``, a naive UTC time); None where there is none or it is no time.
+
+    The formgrader counts a submission as autograded only when the gradebook's time of the submission equals
+    the one of ``submitted/<student>/<assignment>/timestamp.txt`` in the course directory
+    (``NbGraderAPI.get_autograded_students``); otherwise Manage Submissions says "needs autograding".
+    """
+    from nbgrader.utils import parse_utc
+
+    path = folder / "timestamp.txt"
+    try:
+        text = path.read_text(encoding="ascii").strip() if path.is_file() and not path.is_symlink() else ""
+        return parse_utc(text) if text else None
+    except (OSError, UnicodeDecodeError, ValueError, OverflowError):
+        return None
+
+
+def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | None = None) -> None:
     """Write one submission's grades: every item's automatic score, or that it waits for an instructor.
 
     A written answer still to be graded by hand has no automatic score and needs a manual grade, as after
     ``nbgrader autograde``, unless an instructor already gave it one; every other item gets its score (0 for
-    a submission that could not be graded).
+    a submission that could not be graded). The submission gets ``timestamp`` (:func:`submitted_timestamp`:
+    None where the submission came with none), as ``nbgrader autograde`` gives it, so that the formgrader
+    reads it as autograded.
     """
     from sqlalchemy.exc import SAWarning
 
@@ -116,7 +139,7 @@ def record(gradebook: Gradebook, result: Result) -> None:
         # nbgrader's add_submission builds its rows before adding them to the session, which SQLAlchemy 2
         # reports while autoflushing; the rows are added all the same (the tests read them back).
         warnings.filterwarnings("ignore", "Object of type", SAWarning)
-        gradebook.update_or_create_submission(result.assignment, result.student)
+        gradebook.update_or_create_submission(result.assignment, result.student, timestamp=timestamp)
     for item in result.items:
         grade = gradebook.find_grade(item.grade_id, result.assignment, result.assignment, result.student)
         if item.status == MANUAL_STATUS:

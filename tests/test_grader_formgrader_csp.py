@@ -33,10 +33,11 @@ def _render(name: str, **values) -> str:
     return Environment(loader=FileSystemLoader([str(TEMPLATES)])).get_template(name).render(**values)
 
 
-def test_jupyterlab_runs_without_terminals_and_with_the_policy_extension(tmp_path):
+def test_jupyterlab_runs_without_terminals_and_with_the_policy_and_refusal_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
-    assert '--ServerApp.jpserver_extensions={"autograder.formgrader_csp": True}' in command
+    extensions = "{'autograder.formgrader_csp': True, 'autograder.formgrader_refusals': True}"
+    assert f"--ServerApp.jpserver_extensions={extensions}" in command
 
 
 def test_the_manage_submissions_page_gets_the_hashes_of_its_two_scripts(inline_scripts):
@@ -131,3 +132,23 @@ def test_a_page_whose_policy_names_its_scripts_is_never_stored():
     assert "Cache-Control" not in _transformed("/static/notebook/main.js", "application/javascript")
     assert "Cache-Control" not in _transformed("/files/autograded/s/04_relative/figure.png", "image/png",
                                                "sandbox allow-scripts")
+
+
+def test_every_route_of_nbgraders_formgrader_api_that_grades_writes_feedback_or_collects_is_refused():
+    """The routes are read from nbgrader's own handlers: a route whose POST calls one of the refused methods of
+    its API (a new one in a later nbgrader included) must be among the refusals, with the same pattern."""
+    import inspect
+
+    from nbgrader.server_extensions.formgrader.apihandlers import default_handlers
+
+    from autograder.formgrader_refusals import REFUSED_API_CALLS, ROUTES
+
+    calling = {
+        route: method
+        for route, handler in default_handlers
+        if hasattr(handler, "post")
+        for method in REFUSED_API_CALLS
+        if f"self.api.{method}(" in inspect.getsource(handler.post)
+    }
+    assert calling == ROUTES
+    assert set(calling.values()) == {"autograde", "generate_feedback", "release_feedback", "collect"}

@@ -1,0 +1,110 @@
+"""The formgrader's buttons that would bypass the course's grader answer with the command that does the job.
+
+A Jupyter server extension (``jpserver_extensions``, enabled by :mod:`autograder.formgrader`) that takes the
+routes of nbgrader's formgrader API (``nbgrader.server_extensions.formgrader.apihandlers``) behind these buttons
+before nbgrader's own handlers see them:
+
+- Manage Submissions, per student: Autograde (``nbgrader autograde``: the student's notebook run as the
+  server's user with no sandbox, its kernel's verdicts trusted), Generate Feedback (nbgrader's page without the
+  course's Content-Security-Policy, with the hidden tests' expected answers in it) and Release Feedback;
+- Manage Assignments, per assignment: Collect (``nbgrader collect``, which authenticates nobody and follows
+  links), Generate Feedback and Release Feedback (all students).
+
+Each answers ``200`` with ``{"success": false, "error": MESSAGE}``, the form in which nbgrader's API reports a
+command that did not run, so that the formgrader shows MESSAGE in its error dialog (a 4xx answer would only
+show "There was an error ..."): what the button would have done, and the course's command that does it
+(``python -m autograder grade``, ``feedback``, ``collect``, and ``nbgrader release_feedback`` run after
+``feedback``, as book/guide_instructors.md writes them), with this course directory's path. Nothing is run and
+nothing is written. Every other route (the grades, the comments, the pages) is nbgrader's.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from autograder import ASSIGNMENTS
+
+GUIDE = "book/guide_instructors.md"
+ROUTES = {  # nbgrader's route (apihandlers.default_handlers) -> the action refused
+    r"/formgrader/api/submission/([^/]+)/([^/]+)/autograde": "autograde",
+    r"/formgrader/api/assignment/([^/]+)/([^/]+)/generate_feedback": "generate_feedback",
+    r"/formgrader/api/assignment/([^/]+)/([^/]+)/release_feedback": "release_feedback",
+    r"/formgrader/api/assignment/([^/]+)/generate_feedback": "generate_feedback",
+    r"/formgrader/api/assignment/([^/]+)/release_feedback": "release_feedback",
+    r"/formgrader/api/assignment/([^/]+)/collect": "collect",
+}
+REFUSED_API_CALLS = frozenset(ROUTES.values())  # the methods of nbgrader's NbGraderAPI behind those routes
+
+
+def refusal(action: str, course: str, assignment: str) -> str:
+    """The message for the refused ``action`` (a name of :data:`REFUSED_API_CALLS`) in the course directory
+    ``course``; ``assignment`` is named in a command only when it is one of the course's."""
+    out = shlex.quote(course)
+    name = assignment if assignment in ASSIGNMENTS else "ASSIGNMENT"
+    feedback = f"python -m autograder feedback --out {out}"
+    release = f"(cd {out} && nbgrader release_feedback {name})"
+    messages = {
+        "autograde": (
+            "Not run: this course does not grade with nbgrader's Autograde, which would run the student's "
+            "notebook without the grader's sandbox and trust its kernel's verdicts. Grade, or grade again, from "
+            f"the course repository's root with:\n  python -m autograder grade CLASS --out {out}\n"
+            f"(CLASS: the class folder graded into this one, {out}/submitted after python -m autograder "
+            "collect). It keeps the hand grades."
+        ),
+        "generate_feedback": (
+            "Not run: nbgrader's Generate Feedback would write the feedback pages without their "
+            "Content-Security-Policy, with the hidden tests' expected answers in them. `grade` wrote each "
+            "submission's page; after grading by hand, put the hand grades into the pages with:\n"
+            f"  {feedback}"
+        ),
+        "release_feedback": (
+            "Not run: feedback is released from a terminal, once no student can submit again, after the hand "
+            f"grades are in the pages:\n  {feedback}\n  {release}"
+        ),
+        "collect": (
+            "Not run: nbgrader's Collect authenticates nobody and follows links. Collect the newest submission "
+            "of each student of the roster with:\n"
+            f"  python -m autograder collect {name} --roster ROSTER.csv --out {out}/submitted"
+        ),
+    }
+    return f"{messages[action]}\n({GUIDE} says what each of the formgrader's buttons does in this course.)"
+
+
+class RefusedHandler(JupyterHandler):
+    """A formgrader API call refused: ``{"success": false, "error": message}``, for the signed-in instructor
+    (the server's token or cookie, and the XSRF check of every POST, as for nbgrader's handlers)."""
+
+    def initialize(self, action: str) -> None:
+        self.action = action
+
+    @web.authenticated
+    def post(self, assignment: str, *student: str) -> None:
+        message = refusal(self.action, self.settings["server_root_dir"], assignment)
+        self.log.warning("autograder: refused the formgrader's %s of %r", self.action, assignment)
+        # As text, like nbgrader's answers: the formgrader's script parses the text itself (JSON.parse), and
+        # jQuery would already have parsed an application/json answer.
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.finish(json.dumps({"success": False, "error": message, "log": ""}))
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    """Jupyter server's entry point: the refusals' routes go first among the server's routes, before those that
+    nbgrader's formgrader adds (tornado takes the first route that matches)."""
+    web_app = serverapp.web_app
+    handlers = [
+        (url_path_join(serverapp.base_url, route), RefusedHandler, {"action": action})
+        for route, action in ROUTES.items()
+    ]
+    web_app.add_handlers(".*$", handlers)
+    rules = web_app.default_router.rules
+    rules.insert(0, rules.pop(-2))  # add_handlers put it before the last rule
+    serverapp.log.info("autograder: the formgrader's autograde, feedback and collect calls are refused")
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "autograder.formgrader_refusals"}]
