@@ -30,18 +30,16 @@ from __future__ import annotations
 
 import csv
 import datetime
-import errno
 import os
 import pwd
 import re
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.safe_files import _FILE_FLAGS, Folder, Refused, _read_open_file, shown
+from autograder.intake.safe_files import Folder, Refused, account_name, shown
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 
 MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, in total
@@ -147,34 +145,12 @@ def _account_uid(account: str) -> int:
         raise ValueError(f"the roster's account {account!r} does not exist on this machine") from None
 
 
-def _owner(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
-    except KeyError:
-        return f"uid {uid} (no account)"
-
-
 def _read_own_file(folder: Folder, name: str, cap: int, uid: int) -> bytes:
-    """The regular file ``name`` of ``folder``, read like :meth:`Folder.read`, and refused besides when it
-    has more than one hard link or another owner than ``uid``."""
+    """The regular file ``name`` of ``folder``, of one name and of the account ``uid``
+    (:meth:`Folder.read_owned`)."""
     if name not in dict(folder.entries()[0]):
         raise Refused(name, "is missing")
-    try:
-        descriptor = os.open(name, _FILE_FLAGS, dir_fd=folder.descriptor)
-    except OSError as error:
-        why = "is a symbolic link; links are not followed" if error.errno == errno.ELOOP else (
-            f"could not be opened ({error.strerror})"
-        )
-        raise Refused(name, why) from error
-    try:
-        status = os.fstat(descriptor)
-        if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
-            raise Refused(name, f"has {status.st_nlink} hard links; links of either kind are not followed")
-        if stat.S_ISREG(status.st_mode) and status.st_uid != uid:
-            raise Refused(name, f"is owned by {_owner(status.st_uid)}, not by the student's account")
-        return _read_open_file(descriptor, name, cap)
-    finally:
-        os.close(descriptor)
+    return folder.read_owned(name, cap, uid)
 
 
 def _check_timestamp(record: Inbound, changed: datetime.datetime, now, deadline, allow_late: bool) -> None:
@@ -204,7 +180,7 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
         if status.st_uid != uid:
             raise ValueError(
                 f"it names student {record.student!r}, whose account is {account!r} (uid {uid}), but is owned by "
-                f"{_owner(status.st_uid)}"
+                f"{account_name(status.st_uid)}"
             )
         changed = datetime.datetime.fromtimestamp(status.st_ctime, datetime.UTC).replace(tzinfo=None)
         _check_timestamp(record, changed, now, deadline, allow_late)

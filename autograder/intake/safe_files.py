@@ -198,6 +198,24 @@ class Folder:
         finally:
             os.close(descriptor)
 
+    def read_owned(self, name: str, cap: int, uid: int) -> bytes:
+        """:meth:`read`, and refused besides when the file has a second name (a hard link) or belongs to
+        another account than ``uid`` (nbgrader's exchange, where a student's files are those of their account).
+
+        Raises:
+            Refused: as :meth:`read`; a hard link; another owner.
+        """
+        descriptor = self._open_file(name)
+        try:
+            status = os.fstat(descriptor)
+            if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+                raise Refused(name, f"has {status.st_nlink} hard links; links of either kind are not followed")
+            if stat.S_ISREG(status.st_mode) and status.st_uid != uid:
+                raise Refused(name, f"is owned by {account_name(status.st_uid)}, not by the student's account")
+            return _read_open_file(descriptor, name, cap)
+        finally:
+            os.close(descriptor)
+
     def copy(self, name: str, cap: int, target: Path, budget: Budget) -> int:
         """Copy the regular file ``name`` of this folder, at most ``cap`` bytes, into the new file ``target``, a
         chunk at a time, its size counted in ``budget`` first; return its size.
@@ -248,6 +266,16 @@ def _kind(item: os.DirEntry) -> str:
         return "file" if item.is_file(follow_symlinks=False) else "other"
     except OSError:  # gone since the listing
         return "other"
+
+
+def account_name(uid: int) -> str:
+    """``'alice' (uid 1001)``, or ``uid 1001 (no account)``."""
+    import pwd  # POSIX only, and needed only on the grader's side
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except KeyError:
+        return f"uid {uid} (no account)"
 
 
 def _read_open_file(descriptor: int, name: str, cap: int) -> bytes:
