@@ -334,7 +334,7 @@ def grade(
     try:
         results, warnings_found, labels, unread = _grade_into(path, staging, out, class_gradebook, options)
         write_course_files(staging, out, class_db_url)
-        results = _with_hand_grades(results, class_db_url, staging, warnings_found)
+        results = _with_hand_grades(results, class_db_url, staging, warnings_found, options.limits)
         write_csvs(results, staging)
         write_report(results, warnings_found, staging, labels)
         _publish(staging, out)
@@ -349,7 +349,8 @@ def grade(
     return results
 
 
-def _with_hand_grades(results: list[Result], db_url: str, staging: Path, warnings_found: list[str]) -> list[Result]:
+def _with_hand_grades(results: list[Result], db_url: str, staging: Path, warnings_found: list[str],
+                      limits: Limits) -> list[Result]:
     """The results with the instructors' hand grades of the class's gradebook (kept by every grade), and the
     feedback page of each submission that has one made again with them (:mod:`autograder.feedback.handgraded`)."""
     with _open_class_gradebook(db_url) as gradebook:
@@ -357,7 +358,7 @@ def _with_hand_grades(results: list[Result], db_url: str, staging: Path, warning
     for result in results:
         if has_hand_grade(result) and result.reason is None:
             try:
-                write_page(staging, result, db_url)
+                write_page(staging, result, db_url, limits)
             except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
                 warnings_found.append(
                     f"{result.student}/{result.assignment}: the feedback page could not show the hand grades "

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from autograder.course import load_config, run_app
 from autograder.feedback.pages import add_notes
 from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
+from autograder.sandbox.launcher import Limits
 from autograder.types import NOT_SUBMITTED, Item, Result
 
 
@@ -63,12 +65,19 @@ def autograded_notebook(out: Path, result: Result) -> Path:
     return out / "autograded" / result.student / result.assignment / f"{result.assignment}.ipynb"
 
 
-def write_page(out: Path, result: Result, db_url: str) -> None:
-    """Make ``out/feedback/<student>/<assignment>/<assignment>.html`` again from ``out/autograded/``; the page
-    is replaced only once the new one is complete."""
+def write_page(out: Path, result: Result, db_url: str, limits: Limits) -> None:
+    """Make ``out/feedback/<student>/<assignment>/<assignment>.html`` again from ``out/autograded/``, in a
+    process of its own under the grading stage's ``limits`` (:mod:`autograder.feedback.limited`); the page is
+    replaced only once the new one is complete.
+
+    Raises:
+        RenderFailed: the page could not be made (the old one stays).
+    """
+    from autograder.feedback.limited import render_page
+
     student, assignment = result.student, result.assignment
     page = out / "feedback" / student / assignment / f"{assignment}.html"
-    text = feedback_page(autograded_notebook(out, result), student, assignment, db_url, result.notes)
+    text = render_page(autograded_notebook(out, result), student, assignment, db_url, result.notes, limits)
     page.parent.mkdir(parents=True, exist_ok=True)
     partial = page.with_name(page.name + ".partial")
     partial.write_text(text, encoding="utf-8")
@@ -113,6 +122,9 @@ def refresh(out: Path) -> list[Result]:
     from sqlalchemy.exc import SQLAlchemyError
 
     from autograder.course_directory import configured_db_url
+    from autograder.feedback.escape import report_text
+    from autograder.feedback.limited import RenderFailed
+    from autograder.grade import configured_limits
     from autograder.gradebook import open_gradebook, with_hand_grades
     from autograder.records import Records
 
@@ -127,15 +139,20 @@ def refresh(out: Path) -> list[Result]:
             results = [with_hand_grades(gradebook, result) for result in kept]
     except SQLAlchemyError as error:
         raise ValueError(f"the gradebook of {out} cannot be opened ({type(error).__name__}: {error})") from error
+    limits, not_made = configured_limits(), []
     for result in results:
         if has_hand_grade(result) and autograded_notebook(out, result).is_file():
-            write_page(out, result, db_url)
+            try:
+                write_page(out, result, db_url, limits)
+            except RenderFailed as error:  # that page stays as it was; the others are made
+                not_made.append(f"{result.student}/{result.assignment}: {error}; its previous page is kept")
+                print(report_text(not_made[-1]), file=sys.stderr, flush=True)
     results = with_unsubmitted(results)
     with tempfile.TemporaryDirectory(prefix=".autograder-reports-", dir=out) as staging_name:
         staging = Path(staging_name)
         write_csvs(results, staging)
         labels = item_numbers({result.assignment for result in results})
-        write_report(results, report_warnings(out / "report.txt"), staging, labels)
+        write_report(results, [*report_warnings(out / "report.txt"), *not_made], staging, labels)
         for name in ("grades.csv", "items.csv", "report.txt"):
             os.replace(staging / name, out / name)
     return results
