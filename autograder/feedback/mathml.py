@@ -8,6 +8,10 @@ that browsers draw themselves. What it writes is still cleaned afterwards agains
 
 A formula longer than :data:`MAX_FORMULA_CHARS`, or one the converter rejects, is shown as its TeX source,
 escaped: the page stays readable and the converter's work stays bounded.
+
+latex2mathml copies the text of ``\\text{...}`` and ``\\texttt{...}`` as it is written, TeX's escapes included
+(``\\texttt{max\\_exact}`` would show ``max\\_exact``): :func:`tex_to_mathml` turns the escaped characters of
+such text back into the characters they stand for (:func:`unescaped_text`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,24 @@ def allowed_mathml_attribute(name: str, value: str) -> bool:
     return pattern is not None and pattern.fullmatch(value) is not None
 
 
+# TeX's escaped characters in text mode as they stand in latex2mathml's <mtext>, where a space is already the
+# entity of a no-break space ("\\ " is "\\&#x000A0;"); "&" is written as HTML escapes it.
+_TEXT_ESCAPE = re.compile(r"\\(&#x000A0;|[_%#$&{}])")
+_TEXT_ESCAPED = {"&": "&amp;"}
+_MTEXT = re.compile(r"(<mtext(?:\s[^>]*)?>)([^<]*)(</mtext>)")
+
+
+def unescaped_text(mathml: str) -> str:
+    """``mathml`` with TeX's escapes in the text of its ``<mtext>`` elements (``max\\_exact``) replaced by
+    the characters they stand for (``max_exact``)."""
+
+    def unescape(match: re.Match[str]) -> str:
+        character = match.group(1)
+        return _TEXT_ESCAPED.get(character, character)
+
+    return _MTEXT.sub(lambda text: text.group(1) + _TEXT_ESCAPE.sub(unescape, text.group(2)) + text.group(3), mathml)
+
+
 def tex_source(tex: str, display: bool) -> str:
     """The formula as escaped TeX text between its delimiters: what a page shows when it cannot convert."""
     delimiter = "$$" if display else "$"
@@ -69,7 +91,7 @@ def tex_to_mathml(tex: str, display: bool = False) -> str:
     if len(tex) > MAX_FORMULA_CHARS or not tex.strip():
         return tex_source(tex, display)
     try:
-        return convert(tex, display="block" if display else "inline")
+        return unescaped_text(convert(tex, display="block" if display else "inline"))
     except Exception:  # noqa: BLE001 (a formula it cannot read is shown as text)
         return tex_source(tex, display)
 
