@@ -79,8 +79,12 @@ a highlighted code block with a blank line
 [in code](javascript:alert(26))
 ~~~
 """
-# $x^2$ and $x > 1$ as MathML, written out by hand from the MathML specification's presentation markup.
-MATHML = '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>{}</mrow></math>'
+# $x^2$ and $x > 1$ as MathML, written out by hand from the MathML specification's presentation markup, each in
+# the box that scrolls an inline formula and takes the keyboard's focus.
+MATHML = (
+    '<span class="formula" tabindex="0">'
+    '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>{}</mrow></math></span>'
+)
 X_SQUARED_INLINE = MATHML.format("<msup><mi>x</mi><mn>2</mn></msup>")
 X_GT_ONE_INLINE = MATHML.format("<mi>x</mi><mo>&#x0003E;</mo><mn>1</mn>")  # ">" as a character reference
 # Markdown links that the student's markdown holds as text (in raw HTML, in code): they must stay text.
@@ -547,8 +551,9 @@ def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     assert "Because <b>attention</b> is permutation-equivariant." in safe_page
     # The template renders the cell's HTML block once more: attribute order and references may change.
     assert re.search(
-        r"The score grows like <math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math> when "
-        r"<math [^>]*><mrow><mi>x</mi><mo>&gt;</mo><mn>1</mn></mrow></math>",
+        r'The score grows like <span class="formula" tabindex="0"><math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup>'
+        r'</mrow></math></span> when <span class="formula" tabindex="0"><math [^>]*><mrow><mi>x</mi><mo>&gt;</mo>'
+        r"<mn>1</mn></mrow></math></span>",
         safe_page,
     )
     assert "$x" not in safe_page

@@ -199,13 +199,13 @@ def test_latex_output_becomes_mathml_without_script():
         _display({"text/latex": r"$\frac{1}{$"}),
     )
     assert outputs[0]["data"] == {
-        "text/html": '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>",
+        "text/html": '<span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="inline"><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math></span>',
         "text/plain": "$x^2$",
     }
     assert outputs[1]["data"]["text/html"] == (
-        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><mrow><mrow><mi>x</mi></mrow></mrow></mrow></math>"
+        '<span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        "<mrow><mrow><mrow><mi>x</mi></mrow></mrow></mrow></math></span>"
     )
     assert outputs[2]["data"] == {"text/plain": r"$\frac{1}{$"}  # not one formula: shown as text
 
@@ -223,10 +223,11 @@ def test_markdown_math_is_mathml_and_carries_no_script():
     source = r"Square: $x^2$. Block: $$\sqrt{y}$$ and $\mathrm{<script>alert(1)</script>}$"
     (cell,) = sanitize_notebook(_notebook(_markdown(source))).cells
     assert cell.source.startswith(
-        '<div><p>Square: <math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>. Block: "
-        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"><mrow><msqrt><mrow><mi>y</mi>'
-        "</mrow></msqrt></mrow></math> and <math"
+        '<div><p>Square: <span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="inline"><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math></span>. Block: '
+        '<span class="formula formula-block" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="block"><mrow><msqrt><mrow><mi>y</mi></mrow></msqrt></mrow></math></span> and '
+        '<span class="formula" tabindex="0"><math'
     )
     assert "<script" not in cell.source
     page = _render_feedback(sanitize_notebook(_notebook(_markdown(source))))
