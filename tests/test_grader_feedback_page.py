@@ -66,12 +66,14 @@ MEASURE_WIDTH = """() => {
     return {scrollWidth: document.documentElement.scrollWidth, clientWidth: width, beyond: beyond};
 }"""
 
-# The formula of 4.2 that names max_exact: its text, and whether it is wider than its box (and scrolls in it).
+# The formula of 4.2 that names max_exact: its text, and the box around it: its class, whether the keyboard
+# reaches it, how it overflows, and whether the formula is wider than the box (so that it scrolls in it).
 WIDE_FORMULA = """() => {
     const formula = Array.from(document.querySelectorAll('math')).find(math => math.textContent.includes('max_exact'));
     if (!formula) return null;
-    return {text: formula.textContent, scrollWidth: formula.scrollWidth, clientWidth: formula.clientWidth,
-            overflowX: getComputedStyle(formula).overflowX};
+    const box = formula.parentElement;
+    return {text: formula.textContent, box: box.className, tabIndex: box.tabIndex, overflowX: getComputedStyle(box).overflowX,
+            scrollWidth: box.scrollWidth, clientWidth: box.clientWidth};
 }"""
 
 needs_browser = pytest.mark.skipif(
@@ -156,7 +158,8 @@ def test_the_student_reads_the_feedback_page_on_a_phone(graded):
 
             formula = tab.evaluate(WIDE_FORMULA)
             assert formula is not None and "max\\_exact" not in formula["text"]
-            assert formula["overflowX"] == "auto" and formula["scrollWidth"] > formula["clientWidth"], formula
+            assert (formula["box"], formula["tabIndex"], formula["overflowX"]) == ("formula", 0, "auto"), formula
+            assert formula["scrollWidth"] > formula["clientWidth"], formula  # wider than the screen: it scrolls
 
             comment = tab.locator(".instructor-comment")
             assert comment.count() == 1

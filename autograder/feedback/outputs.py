@@ -69,7 +69,7 @@ NBGRADER_METADATA = {
 KERNELSPEC_FIELDS = ("name", "display_name", "language")
 LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension", "pygments_lexer", "nbconvert_exporter")
 _NAME = re.compile(r"[A-Za-z0-9_.+ /()-]{1,100}")
-MAX_ITEM_LABEL = 40
+MAX_ITEM_LABEL = 40  # autograder.crossing.MAX_ITEM_LABEL: what the worker accepts
 # A hidden-test block of a test cell, to its end marker or, when that is missing, to the end of the cell.
 _HIDDEN_TESTS = re.compile(
     rf"^[ \t]*{re.escape(HIDDEN_BEGIN)}.*?(?:^[ \t]*{re.escape(HIDDEN_END)}[^\n]*(?:\n|\Z)|\Z)",
