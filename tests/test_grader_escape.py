@@ -221,7 +221,7 @@ def test_add_notes_puts_the_csp_into_nbgrader_pages_with_or_without_notes():
     assert add_notes(page, []) == prefix + page  # the policy before any byte of the page, whatever it holds
     with_notes = add_notes(page, ["<script>alert(1)</script>"])
     assert with_notes.startswith(prefix + "<html><head>")
-    assert "<body class='x'><div class=\"autograder-notes\"" in with_notes
+    assert "<body class='x'><aside class=\"autograder-notes\"" in with_notes
     assert "<li>&lt;script&gt;alert(1)&lt;/script&gt;</li>" in with_notes
 
 
