@@ -25,8 +25,10 @@ from autograder.feedback.escape import (
     csv_cell,
     csv_row,
     html_text,
+    markdown_html,
     report_text,
 )
+from autograder.feedback.mathml import tex_to_mathml
 from autograder.feedback.outputs import sanitize_notebook, sanitize_notebook_file
 from autograder.feedback.pages import Item, add_notes, ungraded_page
 from autograder.feedback.template import exporter_config
@@ -568,3 +570,15 @@ def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     assert "<strong>md</strong>" in safe_page
     assert "Your answer to written" in safe_page  # the panel around the written answer, named by its grade id
     assert "a cell ran longer than 20 seconds and was interrupted" in safe_page
+
+
+def test_tex_escapes_in_text_become_their_characters():
+    # 4.2 of 04 writes \texttt{max\_exact}: the page shows max_exact (MathJax would), not max\_exact.
+    converted = tex_to_mathml(r"\min\big(n - 1,\ \texttt{max\_exact}\big) + \text{50\% \& \#1\ more}")
+    assert '<mtext mathvariant="monospace">max_exact</mtext>' in converted
+    assert "<mtext>50%&#x000A0;&amp;&#x000A0;#1&#x000A0;more</mtext>" in converted
+    assert "\\" not in converted
+    assert converted.startswith('<span class="formula" tabindex="0"><math ') and converted.endswith("</math></span>")
+    assert clean_html(converted) == converted  # the cleaning keeps the box and what is in it
+    shown = markdown_html(r"wide: $\texttt{max\_exact}$")
+    assert "max_exact" in shown and "max\\_exact" not in shown
