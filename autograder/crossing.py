@@ -43,8 +43,10 @@ KEYS = frozenset(
 )
 OUTPUT_TYPES = frozenset({"text/plain", "text/html", "image/png", "image/jpeg"})
 IMAGE_METADATA = frozenset({"width", "height"})
-# What the stage's rebuild keeps of a cell's metadata (autograder/feedback/outputs.py): nbgrader's, alone.
-CELL_METADATA = frozenset({"nbgrader"})
+# What the stage's rebuild keeps of a cell's metadata (autograder/feedback/outputs.py): nbgrader's, and the number
+# of a graded cell's item ({"autograder": {"item": "4.2"}}, a short string).
+CELL_METADATA = frozenset({"nbgrader", "autograder"})
+MAX_ITEM_LABEL = 40
 
 
 class AnswerError(ValueError):
@@ -134,7 +136,7 @@ def read_answer(data: bytes, layout: tuple[LayoutItem, ...]) -> Answer:
 def check_autograded(text: str) -> None:
     """Raise :class:`AnswerError` unless ``text`` is a valid nbformat 4 notebook whose code outputs hold only
     :data:`OUTPUT_TYPES` as text, image metadata only as positive integer width and height, and no cell or
-    output metadata beyond nbgrader's."""
+    output metadata beyond nbgrader's and a graded cell's item number."""
     import nbformat
 
     try:
@@ -146,8 +148,18 @@ def check_autograded(text: str) -> None:
         metadata = cell.get("metadata", {})
         if not set(metadata) <= CELL_METADATA:
             raise AnswerError(f"a cell of the autograded notebook has metadata outside the allowlist: {sorted(metadata)[:10]}")
+        if "autograder" in metadata and not _is_item_label(metadata["autograder"]):
+            raise AnswerError("a cell of the autograded notebook names its item otherwise than as a short text")
         for output in cell.get("outputs", []):
             _check_output(output)
+
+
+def _is_item_label(value: object) -> bool:
+    """Whether ``value`` is ``{"item": text}``, the text at most :data:`MAX_ITEM_LABEL` characters."""
+    return (
+        isinstance(value, dict) and set(value) == {"item"}
+        and isinstance(value["item"], str) and 0 < len(value["item"]) <= MAX_ITEM_LABEL
+    )  # fmt: skip
 
 
 def _check_output(output: dict) -> None:

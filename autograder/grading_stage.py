@@ -10,8 +10,8 @@ From the student's bytes to plain data, in this order:
    held to ``notebook_seconds`` (:mod:`autograder.sandbox.execute`);
 3. the split test cells are decided on the values the kernel reported (:mod:`autograder.verdicts`), and the
    score and message of every item read from the gradebook and the autograded notebook;
-4. the autograded notebook is rebuilt from an allowlist (:mod:`autograder.feedback.escape`) and nbconvert
-   renders the feedback page from it.
+4. the autograded notebook is rebuilt from an allowlist (:mod:`autograder.feedback.outputs`) and nbconvert
+   renders the feedback page from it with the course's template (:mod:`autograder.feedback.template`).
 
 The answer (:func:`grade_in_stage`) is a dict of plain values: the items, the notes, a reason when nothing
 could be graded, the feedback page and the autograded notebook as text, the log (nbgrader's) and apart from
@@ -74,6 +74,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     from nbgrader.converters import Autograde, GenerateFeedback
 
     from autograder.feedback.outputs import sanitize_notebook_file
+    from autograder.feedback.template import exporter_config
     from autograder.intake.sanitize import prepare
 
     task = request.task
@@ -110,7 +111,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     autograded.chmod(0o600)  # nbgrader leaves it read-only, and the stage holds no capability to override that
     sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
     _show_verdicts(autograded, decided)
-    log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter={"template_name": "feedback"}))
+    log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter=exporter_config()))
     page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
     return {
         "items": [dataclasses.asdict(item) for item in items],

@@ -25,10 +25,13 @@ from autograder.feedback.escape import (
     csv_cell,
     csv_row,
     html_text,
+    markdown_html,
     report_text,
 )
+from autograder.feedback.mathml import tex_to_mathml
 from autograder.feedback.outputs import sanitize_notebook, sanitize_notebook_file
 from autograder.feedback.pages import Item, add_notes, ungraded_page
+from autograder.feedback.template import exporter_config
 
 CSP = (
     "default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; base-uri 'none'; "
@@ -78,8 +81,12 @@ a highlighted code block with a blank line
 [in code](javascript:alert(26))
 ~~~
 """
-# $x^2$ and $x > 1$ as MathML, written out by hand from the MathML specification's presentation markup.
-MATHML = '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>{}</mrow></math>'
+# $x^2$ and $x > 1$ as MathML, written out by hand from the MathML specification's presentation markup, each in
+# the box that scrolls an inline formula and takes the keyboard's focus.
+MATHML = (
+    '<span class="formula" tabindex="0">'
+    '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow>{}</mrow></math></span>'
+)
 X_SQUARED_INLINE = MATHML.format("<msup><mi>x</mi><mn>2</mn></msup>")
 X_GT_ONE_INLINE = MATHML.format("<mi>x</mi><mo>&#x0003E;</mo><mn>1</mn>")  # ">" as a character reference
 # Markdown links that the student's markdown holds as text (in raw HTML, in code): they must stay text.
@@ -216,7 +223,7 @@ def test_add_notes_puts_the_csp_into_nbgrader_pages_with_or_without_notes():
     assert add_notes(page, []) == prefix + page  # the policy before any byte of the page, whatever it holds
     with_notes = add_notes(page, ["<script>alert(1)</script>"])
     assert with_notes.startswith(prefix + "<html><head>")
-    assert "<body class='x'><div class=\"autograder-notes\"" in with_notes
+    assert "<body class='x'><aside class=\"autograder-notes\"" in with_notes
     assert "<li>&lt;script&gt;alert(1)&lt;/script&gt;</li>" in with_notes
 
 
@@ -433,13 +440,14 @@ def _tags(page: str) -> list[tuple[str, dict[str, str]]]:
     return parser.tags
 
 
-def _render_feedback(notebook) -> str:
-    """nbconvert's HTMLExporter configured as nbgrader's GenerateFeedback configures it, then our notes."""
+def _render_feedback(notebook, template: dict | None = None) -> str:
+    """nbconvert's HTMLExporter configured as nbgrader's GenerateFeedback configures it with the course's
+    template (or ``template``'s settings), then our notes."""
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
     config = Config()
     config.Exporter.default_preprocessors = []
-    config.HTMLExporter.template_name = "feedback"
-    config.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
+    for key, value in (template or exporter_config()).items():
+        config.HTMLExporter[key] = value
     config.HTMLExporter.extra_template_paths = [str(formgrader / "static/node_modules/bootstrap/dist/css")]
     exporter = HTMLExporter(config=config)
     exporter.register_preprocessor(CSSHTMLHeaderPreprocessor, enabled=True)
@@ -474,9 +482,15 @@ def _feedback_notebook():
     )
 
 
+NBGRADER_TEMPLATE = {
+    "template_name": "feedback",
+    "extra_template_basedirs": [str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")],
+}
+
+
 @pytest.fixture(scope="module")
 def unsafe_page() -> str:
-    return _render_feedback(_feedback_notebook())
+    return _render_feedback(_feedback_notebook(), NBGRADER_TEMPLATE)
 
 
 @pytest.fixture(scope="module")
@@ -488,22 +502,23 @@ def _scripts(page: str) -> list[dict[str, str]]:
     return [attrs for tag, attrs in _tags(page) if tag == "script"]
 
 
-# The feedback template's own scripts: MathJax from a CDN and its configuration (the CSP blocks both).
+# nbgrader's feedback template's own scripts: MathJax from a CDN and its configuration (the CSP blocks both);
+# the course's template has none.
 TEMPLATE_SCRIPTS = 2
 
 
 def test_the_hostile_notebook_does_inject_without_sanitizing(unsafe_page):
     # The control: nbgrader's page, as it is, runs the student's scripts and handlers.
-    assert len(_scripts(unsafe_page)) > TEMPLATE_SCRIPTS
+    scripts = _scripts(unsafe_page)
+    assert len(scripts) > TEMPLATE_SCRIPTS
+    assert scripts[0]["src"].startswith("https://cdnjs.cloudflare.com/ajax/libs/mathjax/")
     assert "onerror=" in unsafe_page
 
 
-def test_feedback_page_runs_no_student_script(safe_page):
-    scripts = _scripts(safe_page)
-    assert len(scripts) == TEMPLATE_SCRIPTS
-    assert scripts[0]["src"].startswith("https://cdnjs.cloudflare.com/ajax/libs/mathjax/")
-    assert scripts[1] == {"type": "text/x-mathjax-config"}
-    assert safe_page.count("<script") == TEMPLATE_SCRIPTS
+def test_feedback_page_runs_no_script_at_all(safe_page):
+    assert _scripts(safe_page) == []
+    assert "<script" not in safe_page and "mathjax" not in safe_page.lower()
+    assert "@font-face" not in safe_page and "glyphicons-halflings" not in safe_page
     body = safe_page[safe_page.index("</head>") :]  # the head holds Bootstrap's CSS: a[href^="javascript:"]
     assert "onerror=" not in body and "onload=" not in body
     for text in INERT_LINKS:
@@ -531,15 +546,16 @@ def test_feedback_page_shows_markdown_links_held_as_text_as_text(safe_page):
 
 def test_feedback_page_carries_the_csp_before_any_script(safe_page):
     assert safe_page.startswith(f'<!DOCTYPE html>\n<meta charset="utf-8">{CSP_META}\n')
-    assert safe_page.index(CSP_META) < safe_page.index("<script")
+    assert safe_page.index(CSP_META) < safe_page.index("<html")
 
 
 def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     assert "Because <b>attention</b> is permutation-equivariant." in safe_page
     # The template renders the cell's HTML block once more: attribute order and references may change.
     assert re.search(
-        r"The score grows like <math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math> when "
-        r"<math [^>]*><mrow><mi>x</mi><mo>&gt;</mo><mn>1</mn></mrow></math>",
+        r'The score grows like <span class="formula" tabindex="0"><math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup>'
+        r'</mrow></math></span> when <span class="formula" tabindex="0"><math [^>]*><mrow><mi>x</mi><mo>&gt;</mo>'
+        r"<mn>1</mn></mrow></math></span>",
         safe_page,
     )
     assert "$x" not in safe_page
@@ -552,5 +568,17 @@ def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     assert "&lt;script&gt;alert(33)&lt;/script&gt;" in safe_page  # the student's print, as text
     assert "<pre>&lt;Javascript object&gt;</pre>" in safe_page
     assert "<strong>md</strong>" in safe_page
-    assert "Student's answer" in safe_page  # nbgrader's panel around the written answer is still there
+    assert "Your answer to written" in safe_page  # the panel around the written answer, named by its grade id
     assert "a cell ran longer than 20 seconds and was interrupted" in safe_page
+
+
+def test_tex_escapes_in_text_become_their_characters():
+    # 4.2 of 04 writes \texttt{max\_exact}: the page shows max_exact (MathJax would), not max\_exact.
+    converted = tex_to_mathml(r"\min\big(n - 1,\ \texttt{max\_exact}\big) + \text{50\% \& \#1\ more}")
+    assert '<mtext mathvariant="monospace">max_exact</mtext>' in converted
+    assert "<mtext>50%&#x000A0;&amp;&#x000A0;#1&#x000A0;more</mtext>" in converted
+    assert "\\" not in converted
+    assert converted.startswith('<span class="formula" tabindex="0"><math ') and converted.endswith("</math></span>")
+    assert clean_html(converted) == converted  # the cleaning keeps the box and what is in it
+    shown = markdown_html(r"wide: $\texttt{max\_exact}$")
+    assert "max_exact" in shown and "max\\_exact" not in shown

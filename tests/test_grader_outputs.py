@@ -199,13 +199,13 @@ def test_latex_output_becomes_mathml_without_script():
         _display({"text/latex": r"$\frac{1}{$"}),
     )
     assert outputs[0]["data"] == {
-        "text/html": '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>",
+        "text/html": '<span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="inline"><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math></span>',
         "text/plain": "$x^2$",
     }
     assert outputs[1]["data"]["text/html"] == (
-        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><mrow><mrow><mi>x</mi></mrow></mrow></mrow></math>"
+        '<span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
+        "<mrow><mrow><mrow><mi>x</mi></mrow></mrow></mrow></math></span>"
     )
     assert outputs[2]["data"] == {"text/plain": r"$\frac{1}{$"}  # not one formula: shown as text
 
@@ -223,10 +223,11 @@ def test_markdown_math_is_mathml_and_carries_no_script():
     source = r"Square: $x^2$. Block: $$\sqrt{y}$$ and $\mathrm{<script>alert(1)</script>}$"
     (cell,) = sanitize_notebook(_notebook(_markdown(source))).cells
     assert cell.source.startswith(
-        '<div><p>Square: <math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">'
-        "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math>. Block: "
-        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"><mrow><msqrt><mrow><mi>y</mi>'
-        "</mrow></msqrt></mrow></math> and <math"
+        '<div><p>Square: <span class="formula" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="inline"><mrow><msup><mi>x</mi><mn>2</mn></msup></mrow></math></span>. Block: '
+        '<span class="formula formula-block" tabindex="0"><math xmlns="http://www.w3.org/1998/Math/MathML" '
+        'display="block"><mrow><msqrt><mrow><mi>y</mi></mrow></msqrt></mrow></math></span> and '
+        '<span class="formula" tabindex="0"><math'
     )
     assert "<script" not in cell.source
     page = _render_feedback(sanitize_notebook(_notebook(_markdown(source))))
@@ -399,7 +400,10 @@ def _check_schema(notebook) -> None:
     nbformat.validate(notebook)
     assert set(notebook.metadata) <= {"kernelspec", "language_info"}
     for cell in notebook.cells:
-        assert set(cell.metadata) <= {"nbgrader"}
+        assert set(cell.metadata) <= {"nbgrader", "autograder"}
+        if "autograder" in cell.metadata:  # the item of a graded cell, as a short text
+            assert cell.metadata["nbgrader"]["grade"] is True
+            assert set(cell.metadata["autograder"]) == {"item"} and 0 < len(cell.metadata["autograder"]["item"]) <= 40
         for output in cell.get("outputs", []):
             assert set(output.get("data", {})) <= {"text/plain", "text/html", "image/png", "image/jpeg"}
             for kind, sizes in output.get("metadata", {}).items():
@@ -422,3 +426,109 @@ def test_cell_ids_are_kept_when_valid_and_unique():
     ids = [cell.id for cell in rebuilt.cells]
     assert ids[0] == "same" and ids[3] == "c1"
     assert len(set(ids)) == 4 and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", cell_id) for cell_id in ids)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a student reads: items by their numbers, the checks' verdicts, not the grader's machinery
+# ---------------------------------------------------------------------------------------------------------
+
+VISIBLE_CHECKS = 'with visible_test("4.2", "T5 buckets", "t5_bucket"):\n    assert isinstance(t5_bucket(3), int)\n'
+HIDDEN_TESTS = (
+    "\n### BEGIN HIDDEN TESTS\n"
+    "def _autograder_report(step, values, _marker='AUTOGRADER-REPORT-0123'):\n    pass\n"
+    "_autograder_report(0, {'buckets': [1, 2]})\n"
+    "### END HIDDEN TESTS\n"
+)
+# A student who writes the markers into an answer: the answer is theirs, and is kept as it is.
+ANSWER = "def t5_bucket(r):\n    ### BEGIN HIDDEN TESTS\n    return 0  # _autograder_report\n"
+REPORT = {"text/x-autograder-report": "AUTOGRADER-REPORT-0123 {\"step\": 0, \"values\": {}}"}
+VERDICT = {"output_type": "error", "ename": "Not right", "evalue": "t5_bucket(-3) should be 2, not 0",
+           "traceback": ["Not right: t5_bucket(-3) should be 2, not 0"]}  # fmt: skip
+
+
+def _graded(kind: str, grade_id: str, source: str, solution: bool, outputs=()) -> dict:
+    metadata = {"nbgrader": {"grade": True, "solution": solution, "grade_id": grade_id, "points": 1}}
+    cell = {"cell_type": kind, "id": grade_id.replace("_", "-"), "source": source, "metadata": metadata}
+    return cell | ({"outputs": list(outputs), "execution_count": 1} if kind == "code" else {})
+
+
+def _exercise_notebook() -> nbformat.NotebookNode:
+    return _notebook(
+        _markdown("## 4.2 T5 buckets (1 point)\n\nWrite `t5_bucket`."),
+        {"cell_type": "code", "id": "bucket-answer", "source": ANSWER, "execution_count": 1, "outputs": [],
+         "metadata": {"nbgrader": {"grade": False, "solution": True, "grade_id": "bucket_answer"}}},
+        _graded("code", "bucket_test", VISIBLE_CHECKS + HIDDEN_TESTS, False, [
+            {"output_type": "stream", "name": "stdout", "text": "✓ 4.2 T5 buckets: format ok\n"},
+            _display(REPORT), _display(REPORT | {"text/plain": "a report that also has text"}), VERDICT,
+        ]),
+        _markdown("## 4.6 A local head (3 points, written)", id="m2"),
+        _graded("markdown", "self_bias_answer", "The bias depends on the distance only.", True),
+        _markdown("**Quiz 1.** Which head looks furthest back?", id="m3"),
+        _graded("code", "quiz_test", 'with visible_test("Quiz 1", "", "quiz_1"):\n    pass\n' + HIDDEN_TESTS, False),
+        _graded("code", "unnumbered_test", "assert True\n### BEGIN HIDDEN TESTS\nsecret = 1\n", False),
+    )  # fmt: skip
+
+
+def test_a_test_cell_keeps_its_visible_checks_and_verdict_but_not_its_hidden_tests_or_reports():
+    cells = sanitize_notebook(_exercise_notebook()).cells
+    test = cells[2]
+    assert test.source == VISIBLE_CHECKS.rstrip()
+    assert [output.output_type for output in test.outputs] == ["stream", "error"]  # the reports: no notice either
+    assert test.outputs[0].text == "✓ 4.2 T5 buckets: format ok\n"
+    assert (test.outputs[1].ename, test.outputs[1].evalue) == ("Not right", "t5_bucket(-3) should be 2, not 0")
+    assert cells[6].source == 'with visible_test("Quiz 1", "", "quiz_1"):\n    pass'
+    assert cells[7].source == "assert True"  # a hidden block without its end marker: cut to the end of the cell
+    assert cells[1].source == ANSWER  # the student's own cell, markers and all
+
+
+def test_every_graded_cell_is_named_as_the_notebook_numbers_its_item():
+    rebuilt = sanitize_notebook(_exercise_notebook())
+    items = {cell.metadata["nbgrader"]["grade_id"]: cell.metadata.get("autograder") for cell in rebuilt.cells
+             if cell.metadata.get("nbgrader", {}).get("grade")}  # fmt: skip
+    assert items == {
+        "bucket_test": {"item": "4.2"}, "self_bias_answer": {"item": "4.6"}, "quiz_test": {"item": "Quiz 1"},
+        "unnumbered_test": {"item": "Quiz 1"},  # no check of its own names it: the heading above it does
+    }  # fmt: skip
+    again = sanitize_notebook(rebuilt)  # the markdown is HTML now: the numbers kept in the metadata stay
+    assert [cell.metadata.get("autograder") for cell in again.cells] == [cell.metadata.get("autograder") for cell in rebuilt.cells]
+
+
+def test_an_item_number_is_kept_short_and_only_on_a_graded_cell():
+    long_item = _graded("code", "long_test", 'with visible_test("' + "9" * 100 + '", ""):\n    pass\n', False)
+    plain = _code(metadata={"nbgrader": {"grade": False, "grade_id": "x"}, "autograder": {"item": "4.1"}})
+    rebuilt = sanitize_notebook(_notebook(long_item, plain))
+    assert rebuilt.cells[0].metadata["autograder"] == {"item": "9" * 40}
+    assert "autograder" not in rebuilt.cells[1].metadata
+
+
+def _scored_exercise_notebook() -> nbformat.NotebookNode:
+    """The rebuilt notebook with the scores that nbgrader's GetGrades writes into it from the gradebook."""
+    notebook = sanitize_notebook(_exercise_notebook())
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.metadata["nbgrader"]["score"] = 0
+    return notebook
+
+
+def test_the_feedback_page_names_items_by_number_and_shows_no_machinery():
+    page = _render_feedback(_scored_exercise_notebook())
+    toc = re.search(r'<nav [^>]*id="toc"[^>]*>(.*?)</nav>', page, re.DOTALL).group(1)
+    assert re.findall(r'<a href="#[a-z_]+">([^<]*)</a>', toc) == ["4.2", "4.6", "Quiz 1", "Quiz 1"]
+    assert "Checks of 4.2" in page and "Your answer to 4.6" in page and "Test cell" not in page
+    for machinery in ("END HIDDEN TESTS", "AUTOGRADER-REPORT", "x-autograder-report", "removed from this page",
+                      "a report that also has text", "secret = 1"):  # fmt: skip
+        assert machinery not in page, machinery
+    # Once each: in the student's own answer, which keeps them.
+    assert page.count("### BEGIN HIDDEN TESTS") == 1 and page.count("_autograder_report") == 1
+    assert "t5_bucket(-3) should be 2, not 0" in page
+
+
+def test_an_instructor_s_comment_and_an_item_number_are_shown_as_text():
+    notebook = _scored_exercise_notebook()
+    written = notebook.cells[4]
+    written.metadata["nbgrader"]["comment"] = "<b>x</b> and <img src=x onerror=alert(1)>\n**not bold**"
+    written.metadata["autograder"]["item"] = "<i>4.6</i>"
+    page = _render_feedback(notebook)
+    assert "&lt;b&gt;x&lt;/b&gt; and &lt;img src=x onerror=alert(1)&gt;\n**not bold**" in page
+    assert "<b>x</b>" not in page and "<strong>not bold</strong>" not in page
+    assert "&lt;i&gt;4.6&lt;/i&gt;" in page and "<i>4.6</i>" not in page

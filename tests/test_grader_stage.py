@@ -147,6 +147,18 @@ def test_an_autograded_cell_with_other_metadata_is_refused():
         check_autograded(nbformat.writes(notebook))
 
 
+def _item_cell(item: object) -> str:
+    metadata = {"nbgrader": {"grade": True, "grade_id": "t", "points": 1}, "autograder": item}
+    return nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", metadata=metadata)]))
+
+
+def test_an_autograded_cell_names_its_item_as_a_short_text_only():
+    check_autograded(_item_cell({"item": "Quiz 1"}))
+    for item in ({"item": "4.2", "href": "x"}, {"item": ""}, {"item": "4" * 41}, {"item": ["4.2"]}, "4.2"):
+        with pytest.raises(AnswerError, match="names its item"):
+            check_autograded(_item_cell(item))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The stage's process: wall clock, answer size
 # ---------------------------------------------------------------------------------------------------------

@@ -28,7 +28,13 @@ from collections.abc import Iterable
 import bleach
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 
-from autograder.feedback.mathml import MATHML_TAGS, allowed_mathml_attribute, tex_source, tex_to_mathml
+from autograder.feedback.mathml import (
+    FORMULA_CLASSES,
+    MATHML_TAGS,
+    allowed_mathml_attribute,
+    tex_source,
+    tex_to_mathml,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # Text: CSV cells and report lines
@@ -121,14 +127,18 @@ HTML_TAGS = frozenset(
 ) | MATHML_TAGS  # fmt: skip
 # No class, id or style: the page's own CSS classes (Bootstrap's fixed navbar...) and positions would let a
 # notebook draw over the grader's notes and scores. bleach writes every value it keeps between double quotes
-# with its quotes escaped; sizes are digits all the same, so no template can read more into them.
+# with its quotes escaped; sizes are digits all the same, so no template can read more into them. The one class a
+# span may have is a formula's box (autograder.feedback.mathml.FORMULA_CLASSES), with tabindex 0: a box that
+# scrolls a formula and takes the keyboard's focus, nothing more.
 _ATTRIBUTES = {
     "a": {"href", "title"},
     "abbr": {"title"},
     "img": {"src", "alt", "title", "width", "height"},
+    "span": {"class", "tabindex"},
     "td": {"colspan", "rowspan"},
     "th": {"colspan", "rowspan"},
 }
+_SPAN_VALUES = {"class": frozenset(FORMULA_CLASSES.values()), "tabindex": frozenset({"0"})}
 _DIGITS = re.compile(r"[0-9]{1,5}")
 _SIZE_ATTRIBUTES = frozenset({"width", "height", "colspan", "rowspan"})
 _LINK_SCHEMES = ("http:", "https:", "mailto:", "#")
@@ -139,7 +149,8 @@ MAX_FORMULAS = 500  # per markdown text: converted formulas cost time and grow t
 
 def _allowed_attribute(tag: str, name: str, value: str) -> bool:
     """bleach's attribute filter: links to the web or the page, images from ``data:image/png`` or
-    ``data:image/jpeg`` URLs only, sizes as digits, MathML's presentation attributes on MathML elements."""
+    ``data:image/jpeg`` URLs only, sizes as digits, a formula's box on a span, MathML's presentation attributes on
+    MathML elements."""
     if tag in MATHML_TAGS:
         return allowed_mathml_attribute(name, value)
     if name not in _ATTRIBUTES.get(tag, ()):
@@ -148,6 +159,8 @@ def _allowed_attribute(tag: str, name: str, value: str) -> bool:
         return _DIGITS.fullmatch(value) is not None
     if tag == "a" and name == "href":
         return value.strip().lower().startswith(_LINK_SCHEMES)
+    if tag == "span":
+        return value in _SPAN_VALUES[name]
     if tag == "img" and name == "src":
         return value.strip().lower().startswith(("data:image/png;", "data:image/jpeg;"))
     return True

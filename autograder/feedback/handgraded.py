@@ -8,8 +8,8 @@ writes again, in DIR:
   instructor's comment as its message (:func:`autograder.gradebook.with_hand_grades`);
 - ``report.txt``: the same totals, each submission's items graded by hand and those still waiting, and the
   warnings of the ``grade`` that wrote DIR, kept as they were;
-- ``feedback/<student>/<assignment>/<assignment>.html`` of every submission with a hand grade: nbgrader's
-  feedback page made again from the autograded notebook (already cleaned) and the class's gradebook, so it shows the manual scores and
+- ``feedback/<student>/<assignment>/<assignment>.html`` of every submission with a hand grade: the feedback
+  page (:mod:`autograder.feedback.template`) made again from the autograded notebook (already cleaned) and the class's gradebook, so it shows the manual scores and
   comments, with the grader's notes and Content-Security-Policy as ``grade`` wrote them.
 
 The results come from the records ``grade`` keeps in ``DIR`` (:mod:`autograder.records`); ``grade`` does the
@@ -27,6 +27,7 @@ from pathlib import Path
 from autograder.course import load_config, run_app
 from autograder.feedback.pages import add_notes
 from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
+from autograder.feedback.template import exporter_config
 from autograder.sandbox.launcher import Limits
 from autograder.types import NOT_SUBMITTED, Item, Result
 
@@ -44,7 +45,8 @@ def feedback_page(autograded: Path, student: str, assignment: str, db_url: str, 
         shutil.copyfile(autograded, target)
         config = load_config(root)
         config.CourseDirectory.db_url = db_url
-        config.HTMLExporter.template_name = "feedback"
+        for key, value in exporter_config().items():
+            config.HTMLExporter[key] = value
         course_directory = CourseDirectory(config=config)
         course_directory.assignment_id = assignment
         course_directory.student_id = student

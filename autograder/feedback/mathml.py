@@ -8,6 +8,15 @@ that browsers draw themselves. What it writes is still cleaned afterwards agains
 
 A formula longer than :data:`MAX_FORMULA_CHARS`, or one the converter rejects, is shown as its TeX source,
 escaped: the page stays readable and the converter's work stays bounded.
+
+latex2mathml copies the text of ``\\text{...}`` and ``\\texttt{...}`` as it is written, TeX's escapes included
+(``\\texttt{max\\_exact}`` would show ``max\\_exact``): :func:`tex_to_mathml` turns the escaped characters of
+such text back into the characters they stand for (:func:`unescaped_text`).
+
+MathML does not break a long formula across lines: each converted formula comes in a box of its own
+(:data:`FORMULA_CLASSES`), which the feedback page's CSS lets scroll sideways (a phone's screen shows a part of a
+wide formula, not a page wider than the screen), and which the keyboard can reach (``tabindex="0"``) to scroll
+it. The cleaning lets exactly these classes and that ``tabindex`` through, on ``span`` only.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import re
 from latex2mathml.converter import convert
 
 MAX_FORMULA_CHARS = 2000
+# The classes of the box around an inline and a display formula (the page's CSS: autograder/feedback/templates).
+FORMULA_CLASSES = {False: "formula", True: "formula formula-block"}
 MATHML_NAMESPACE = "http://www.w3.org/1998/Math/MathML"
 
 # Every element that latex2mathml 3.81 writes (latex2mathml/converter.py and commands.py).
@@ -53,14 +64,38 @@ def allowed_mathml_attribute(name: str, value: str) -> bool:
     return pattern is not None and pattern.fullmatch(value) is not None
 
 
+# TeX's escaped characters in text mode as they stand in latex2mathml's <mtext>, where a space is already the
+# entity of a no-break space ("\\ " is "\\&#x000A0;"); "&" is written as HTML escapes it.
+_TEXT_ESCAPE = re.compile(r"\\(&#x000A0;|[_%#$&{}])")
+_TEXT_ESCAPED = {"&": "&amp;"}
+_MTEXT = re.compile(r"(<mtext(?:\s[^>]*)?>)([^<]*)(</mtext>)")
+
+
+def unescaped_text(mathml: str) -> str:
+    """``mathml`` with TeX's escapes in the text of its ``<mtext>`` elements (``max\\_exact``) replaced by
+    the characters they stand for (``max_exact``)."""
+
+    def unescape(match: re.Match[str]) -> str:
+        character = match.group(1)
+        return _TEXT_ESCAPED.get(character, character)
+
+    return _MTEXT.sub(lambda text: text.group(1) + _TEXT_ESCAPE.sub(unescape, text.group(2)) + text.group(3), mathml)
+
+
 def tex_source(tex: str, display: bool) -> str:
     """The formula as escaped TeX text between its delimiters: what a page shows when it cannot convert."""
     delimiter = "$$" if display else "$"
     return html.escape(f"{delimiter}{tex}{delimiter}")
 
 
+def formula_box(mathml: str, display: bool) -> str:
+    """``mathml`` in the box that scrolls it (:data:`FORMULA_CLASSES`)."""
+    return f'<span class="{FORMULA_CLASSES[display]}" tabindex="0">{mathml}</span>'
+
+
 def tex_to_mathml(tex: str, display: bool = False) -> str:
-    """``tex`` (a formula without its ``$`` delimiters) as a ``<math>`` element, inline or as a block.
+    """``tex`` (a formula without its ``$`` delimiters) as a ``<math>`` element, inline or as a block, in its
+    box (:func:`formula_box`).
 
     Falls back to :func:`tex_source` when ``tex`` is longer than :data:`MAX_FORMULA_CHARS` or the converter
     fails on it (any exception: it is third-party code reading student text). The result is to be cleaned
@@ -69,7 +104,7 @@ def tex_to_mathml(tex: str, display: bool = False) -> str:
     if len(tex) > MAX_FORMULA_CHARS or not tex.strip():
         return tex_source(tex, display)
     try:
-        return convert(tex, display="block" if display else "inline")
+        return formula_box(unescaped_text(convert(tex, display="block" if display else "inline")), display)
     except Exception:  # noqa: BLE001 (a formula it cannot read is shown as text)
         return tex_source(tex, display)
 
@@ -89,5 +124,5 @@ def latex_output_mathml(latex: str) -> str | None:
     for pattern, display in _DELIMITED:
         if match := pattern.fullmatch(text):
             converted = tex_to_mathml(match.group(1), display)
-            return converted if converted.startswith("<math") else None
+            return converted if converted.startswith(formula_box("", display)[:-len("</span>")]) else None
     return None

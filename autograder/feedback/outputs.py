@@ -14,8 +14,15 @@ few things a page needs, each checked for its type and size:
 - markdown cells become their rendered, cleaned HTML (formulas as MathML) in one HTML block
   (:func:`~autograder.feedback.escape.html_block`), with png and jpeg attachments embedded;
 - raw cells keep their cleaned text, which no template shows without a format in their metadata;
-- cell metadata keeps nbgrader's fields with their scalar types; notebook metadata keeps the kernel's and
-  language's names.
+- cell metadata keeps nbgrader's fields with their scalar types, and the item each graded cell belongs to as
+  the notebook numbers it (``{"autograder": {"item": "4.2"}}``, :func:`autograder.progress.item_labels`), which
+  the feedback page names it by; notebook metadata keeps the kernel's and language's names.
+
+What the student reads is what the checks said, not the grader's machinery: a test cell (graded, not a
+solution) keeps its visible checks but not its hidden tests (the lines from ``### BEGIN HIDDEN TESTS`` to
+``### END HIDDEN TESTS``, with the reporter and the run's marker in them), and the reporter's outputs
+(:data:`autograder.verdicts.verdict.REPORT_MIME`, read before this rebuild) are dropped without a notice. The
+verdict of a failed check stays, as the error output under its cell. A student's own cells keep all they hold.
 
 Anything else (an output type, a MIME type, a value that is not text, a metadata key) is dropped, and an
 output left empty says what was removed. Text is cut at a length, and HTML is cleaned only within a budget
@@ -38,6 +45,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
+from autograder.progress import item_labels
+from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
 
 MAX_TEXT_CHARS = 200_000  # a stream, a text/plain, an evalue, one traceback line
 MAX_TRACEBACK_LINES = 200
@@ -60,6 +69,12 @@ NBGRADER_METADATA = {
 KERNELSPEC_FIELDS = ("name", "display_name", "language")
 LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension", "pygments_lexer", "nbconvert_exporter")
 _NAME = re.compile(r"[A-Za-z0-9_.+ /()-]{1,100}")
+MAX_ITEM_LABEL = 40  # autograder.crossing.MAX_ITEM_LABEL: what the worker accepts
+# A hidden-test block of a test cell, to its end marker or, when that is missing, to the end of the cell.
+_HIDDEN_TESTS = re.compile(
+    rf"^[ \t]*{re.escape(HIDDEN_BEGIN)}.*?(?:^[ \t]*{re.escape(HIDDEN_END)}[^\n]*(?:\n|\Z)|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 @dataclass
@@ -219,6 +234,12 @@ def _notice_output(what: str) -> NotebookNode:
     return new_output("display_data", data={"text/plain": notice(what)}, metadata={})
 
 
+def is_report_output(output: object) -> bool:
+    """Whether ``output`` is display data that carries the grader's reports (:data:`REPORT_MIME`)."""
+    data = output.get("data") if isinstance(output, dict) and output.get("output_type") == "display_data" else None
+    return isinstance(data, dict) and REPORT_MIME in data
+
+
 def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
     """One output as this module's docstring allows it, or a notice of what was removed."""
     kind = output.get("output_type") if isinstance(output, dict) else None
@@ -245,9 +266,10 @@ def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def rebuilt_cell_metadata(metadata: object) -> dict:
-    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here), or
-    ``{}``."""
+def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
+    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here), and
+    ``{"autograder": {"item": item}}`` for a graded cell (``item`` cut to :data:`MAX_ITEM_LABEL` characters,
+    or else the item the metadata already names); or ``{}``."""
     nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     if not isinstance(nbgrader, dict):
         return {}
@@ -256,7 +278,26 @@ def rebuilt_cell_metadata(metadata: object) -> dict:
         value = nbgrader.get(key)
         if isinstance(value, types) and (types is bool or not isinstance(value, bool)):
             kept[key] = capped_text(value, 200) if isinstance(value, str) else value
-    return {"nbgrader": kept}
+    rebuilt = {"nbgrader": kept}
+    own = metadata.get("autograder")
+    item = item if item is not None else own.get("item") if isinstance(own, dict) else None
+    if kept.get("grade") is True and isinstance(item, str) and item.strip():
+        rebuilt["autograder"] = {"item": item.strip()[:MAX_ITEM_LABEL]}
+    return rebuilt
+
+
+def is_test_cell(cell: object) -> bool:
+    """Whether ``cell`` is a code cell that nbgrader grades and the student does not write (a test cell)."""
+    nbgrader = cell.get("metadata", {}).get("nbgrader") if isinstance(cell, dict) else None
+    return (
+        cell.get("cell_type") == "code" and isinstance(nbgrader, dict)
+        and nbgrader.get("grade") is True and not nbgrader.get("solution")
+    )  # fmt: skip
+
+
+def without_hidden_tests(source: str) -> str:
+    """A test cell's source without its hidden-test blocks (markers included), trailing blank lines removed."""
+    return _HIDDEN_TESTS.sub("", source).rstrip()
 
 
 def _source(cell: dict) -> str:
@@ -273,17 +314,19 @@ def _markdown_source(cell: dict, budget: Budget) -> str:
     return html_block(html)
 
 
-def rebuilt_cell(cell: object, budget: Budget) -> NotebookNode:
-    """One cell as this module's docstring allows it (an unknown cell type becomes an empty raw cell)."""
+def rebuilt_cell(cell: object, budget: Budget, item: str | None = None) -> NotebookNode:
+    """One cell as this module's docstring allows it (an unknown cell type becomes an empty raw cell);
+    ``item``: the item a graded cell belongs to, as the notebook numbers it."""
     cell = cell if isinstance(cell, dict) else {}
-    metadata = rebuilt_cell_metadata(cell.get("metadata"))
+    metadata = rebuilt_cell_metadata(cell.get("metadata"), item)
     kind = cell.get("cell_type")
     try:
         if kind == "code":
             outputs = cell.get("outputs") if isinstance(cell.get("outputs"), list) else []
+            source = without_hidden_tests(_source(cell)) if is_test_cell(cell) else _source(cell)
             new = new_code_cell(
-                _source(cell), metadata=metadata, execution_count=execution_count(cell),
-                outputs=[rebuilt_output(output, budget) for output in outputs],
+                source, metadata=metadata, execution_count=execution_count(cell),
+                outputs=[rebuilt_output(output, budget) for output in outputs if not is_report_output(output)],
             )  # fmt: skip
         elif kind == "markdown":
             new = new_markdown_cell(_markdown_source(cell, budget), metadata=metadata)
@@ -314,9 +357,32 @@ def sanitize_notebook(notebook: NotebookNode) -> NotebookNode:
     feedback page and the formgrader; ``notebook`` is not changed."""
     budget = Budget()
     cells = notebook.get("cells") if isinstance(notebook.get("cells"), list) else []
-    rebuilt = [rebuilt_cell(cell, budget) for cell in cells]
+    labels = item_labels(_plain_cell(cell) for cell in cells)
+    rebuilt = [rebuilt_cell(cell, budget, _item_of(cell, labels)) for cell in cells]
     _keep_cell_ids(cells, rebuilt)
     return new_notebook(cells=rebuilt, metadata=rebuilt_notebook_metadata(notebook.get("metadata")))
+
+
+def _plain_cell(cell: object) -> dict:
+    """What :func:`item_labels` reads of a cell, of the types it expects whatever the notebook holds."""
+    cell = cell if isinstance(cell, dict) else {}
+    metadata = cell.get("metadata")
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    kind = cell.get("cell_type")
+    return {
+        "cell_type": kind if isinstance(kind, str) else "",
+        "metadata": {"nbgrader": nbgrader if isinstance(nbgrader, dict) else {}},
+        "source": _source(cell),
+    }
+
+
+def _item_of(cell: object, labels: dict[str, str]) -> str | None:
+    """The item of a graded cell by its grade id, when :func:`item_labels` found its number in the notebook
+    (it names a cell it found no number for by its grade id: then ``None``)."""
+    nbgrader = cell.get("metadata", {}).get("nbgrader") if isinstance(cell, dict) else None
+    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+    label = labels.get(grade_id) if isinstance(grade_id, str) else None
+    return label if label != grade_id else None
 
 
 def _keep_cell_ids(cells: list, rebuilt: list[NotebookNode]) -> None:

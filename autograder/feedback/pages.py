@@ -19,11 +19,12 @@ _STYLE = (
 
 
 def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> str:
-    """An HTML block listing ``notes``; empty when there are none."""
+    """An HTML block listing ``notes`` (an ``aside``, a landmark of its own that a screen reader lists beside the
+    page's ``main``); empty when there are none."""
     if not notes:
         return ""
     items = "".join(f"<li>{html_text(note)}</li>" for note in notes)
-    return f'<div class="autograder-notes" style="{_STYLE}"><h2>{html_text(title)}</h2><ul>{items}</ul></div>'
+    return f'<aside class="autograder-notes" style="{_STYLE}"><h2>{html_text(title)}</h2><ul>{items}</ul></aside>'
 
 
 # Put in front of a page that the grading stage rendered, whatever it holds: a doctype (standards mode), the
