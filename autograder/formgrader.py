@@ -15,23 +15,30 @@ The formgrader's buttons that would grade, write or release feedback, or collect
 (Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
 job (:mod:`autograder.formgrader_refusals`). Both are server extensions that this package puts on the
 server's ``PYTHONPATH``.
-The command prints the formgrader's address with the token once the server answers, and runs until it is
-stopped (Ctrl-C), stopping JupyterLab with it.
+The server runs under the grading stage's address-space and file-size limits (:func:`server_limits`), and what
+it renders of a submission is bounded by the rebuild of the autograded notebook (:mod:`autograder.feedback.outputs`:
+every text, code and HTML capped). The command prints the formgrader's address with the token once the server
+answers, and runs until it is stopped (Ctrl-C), stopping JupyterLab with it.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from autograder.course_directory import configured_db_url
+from autograder.grade import configured_limits
+from autograder.sandbox.launcher import MEGABYTE, Limits
+from autograder.sandbox.stage import STAGE_MEMORY_MB
 
 START_SECONDS = 120
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # where the server imports its extensions
@@ -76,6 +83,21 @@ def jupyterlab_environment(token: str) -> dict[str, str]:
     return environment
 
 
+def server_limits(limits: Limits) -> Callable[[], None]:
+    """What the server's child runs before exec: its address space and file size held to the grading stage's
+    for ``limits``, for it renders students' autograded notebooks on every view. Its CPU time is not limited
+    (it serves a whole grading session); what a view renders is bounded instead (:mod:`autograder.feedback.outputs`)."""
+    wanted = ((resource.RLIMIT_AS, (max(limits.memory_mb, 1024) + STAGE_MEMORY_MB) * MEGABYTE),
+              (resource.RLIMIT_FSIZE, max(limits.file_size_mb, 64) * MEGABYTE))
+
+    def set_limits() -> None:
+        for kind, value in wanted:
+            _, hard = resource.getrlimit(kind)
+            resource.setrlimit(kind, (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard),) * 2)
+
+    return set_limits
+
+
 def _answers(ip: str, port: int) -> bool:
     try:
         with socket.create_connection((ip, port), timeout=1):
@@ -101,7 +123,8 @@ def serve(
     port = port or free_port(ip)
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     process = subprocess.Popen(
-        jupyterlab_command(out, ip, port, open_browser), cwd=out, env=jupyterlab_environment(token)
+        jupyterlab_command(out, ip, port, open_browser), cwd=out, env=jupyterlab_environment(token),
+        preexec_fn=server_limits(configured_limits()),  # noqa: PLW1509 (this process starts no threads of its own)
     )
     previous = signal.signal(signal.SIGTERM, lambda number, frame: process.terminate())
     try:

@@ -292,6 +292,20 @@ def test_a_50_mb_notebook_hands_bounded_input_to_the_renderer_and_bleach(monkeyp
     assert "<td>1</td>" in sources[201] and sources[-1] == MARKDOWN_NOTICE  # until the notebook's budget ends
 
 
+def test_code_is_cut_per_cell_and_per_notebook_before_any_renderer_highlights_it():
+    long_cell = "x = 1\n" * 50_000  # 300,000 characters
+    notebook = _notebook(*[nbformat.v4.new_code_cell(long_cell) for _ in range(12)], nbformat.v4.new_code_cell("y = 2"))
+    sources = [cell.source for cell in sanitize_notebook(notebook).cells]
+    # Bounds written out: 200,000 characters a cell, then a line saying how many were cut; 2,000,000 in all.
+    assert sources[0] == long_cell[:200_000] + "\n[... 100000 more characters not shown]"
+    assert sum(map(len, sources)) <= 2_000_000 + 13 * 100
+    shown = [source for source in sources if not source.startswith("[removed from this page")]
+    assert len(shown) == 9  # 9 cells of 200,039 characters fit in 2,000,000; the tenth does not
+    assert sources[9] == ("[removed from this page: 200039 characters of code; the notebook's code passed 2000000 "
+                          "characters, and the notebook holds it]")
+    assert sources[12].startswith("[removed from this page")  # the budget is spent: nothing after it is shown
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Metadata
 # ---------------------------------------------------------------------------------------------------------

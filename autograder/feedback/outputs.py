@@ -25,9 +25,11 @@ solution) keeps its visible checks but not its hidden tests (the lines from ``##
 verdict of a failed check stays, as the error output under its cell. A student's own cells keep all they hold.
 
 Anything else (an output type, a MIME type, a value that is not text, a metadata key) is dropped, and an
-output left empty says what was removed. Text is cut at a length, and HTML is cleaned only within a budget
-per text and per notebook (:class:`Budget`): bleach's parser does work that grows faster than its input
-(with the number of sibling elements), so its input is bounded instead of timed.
+output left empty says what was removed. Text is cut at a length, code too (per cell and per notebook: both
+renderers highlight it), and HTML is cleaned only within a budget per text and per notebook (:class:`Budget`):
+bleach's parser does work that grows faster than its input (with the number of sibling elements), so its input
+is bounded instead of timed. Every page made from the rebuilt notebook, the formgrader's included, therefore
+renders an input of bounded size.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ MAX_HTML_TAGS = 4_000  # one HTML text handed to bleach (counted as its "<")
 MAX_NOTEBOOK_HTML_CHARS = 4_000_000  # all the markdown and HTML of one notebook together
 MAX_NOTEBOOK_HTML_TAGS = 40_000
 MAX_NOTICE_NAMES = 10
+MAX_SOURCE_CHARS = 200_000  # one code cell's source, shown as text (highlighted) by both renderers
+MAX_NOTEBOOK_SOURCE_CHARS = 2_000_000  # the code of all the notebook's cells together
 
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
@@ -83,6 +87,7 @@ class Budget:
 
     chars: int = MAX_NOTEBOOK_HTML_CHARS
     tags: int = MAX_NOTEBOOK_HTML_TAGS
+    source_chars: int = MAX_NOTEBOOK_SOURCE_CHARS
 
     def take(self, text: str) -> bool:
         """Whether ``text`` fits (then it is spent): at most :data:`MAX_HTML_TAGS` tags, within what is left."""
@@ -92,6 +97,17 @@ class Budget:
         self.chars -= len(text)
         self.tags -= tags
         return True
+
+    def shown_source(self, source: str) -> str:
+        """A code cell's source as the pages show it: cut at :data:`MAX_SOURCE_CHARS` (a line says how much was
+        cut), and replaced by a notice once the notebook's code passes :data:`MAX_NOTEBOOK_SOURCE_CHARS`."""
+        source = capped_text(source, MAX_SOURCE_CHARS)
+        if len(source) > self.source_chars:
+            self.source_chars = 0
+            return notice(f"{len(source)} characters of code; the notebook's code passed "
+                          f"{MAX_NOTEBOOK_SOURCE_CHARS} characters, and the notebook holds it")
+        self.source_chars -= len(source)
+        return source
 
 
 def notice(what: str) -> str:
@@ -323,7 +339,7 @@ def rebuilt_cell(cell: object, budget: Budget, item: str | None = None) -> Noteb
     try:
         if kind == "code":
             outputs = cell.get("outputs") if isinstance(cell.get("outputs"), list) else []
-            source = without_hidden_tests(_source(cell)) if is_test_cell(cell) else _source(cell)
+            source = budget.shown_source(without_hidden_tests(_source(cell)) if is_test_cell(cell) else _source(cell))
             new = new_code_cell(
                 source, metadata=metadata, execution_count=execution_count(cell),
                 outputs=[rebuilt_output(output, budget) for output in outputs if not is_report_output(output)],
