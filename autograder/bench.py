@@ -9,6 +9,9 @@ from ``source/``), then graded twice in one run:
 
 It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned all the
 points of its test cells (written answers wait for an instructor), so that a fast failure cannot pass for speed.
+``--out FILE`` also writes the result as JSON (:func:`record`): the command, the commit, the machine, its load
+before and after, both times and rates and the ratio; the instructors' guide reads its figures from such
+files, committed in ``book/data/grading-speed/``.
 Ours does not run the explorer cells (:mod:`autograder.verdicts.template`); plain nbgrader runs every cell.
 
 ``--workers 1 2``: no plain run; ours with each number of workers, the parallel efficiency of each against one
@@ -20,9 +23,12 @@ efficiency measured last.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -114,17 +120,60 @@ def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> t
     return elapsed, "WITHOUT a sandbox" not in (out / "report.txt").read_text()
 
 
+def record(command: list[str], **measured) -> dict:
+    """A bench's result as data: ``measured`` with the command, the date, the commit (and whether the package
+    had uncommitted changes), the machine and the versions of Python, nbgrader and torch."""
+    import nbgrader
+    import torch
+
+    from posenc_ref.lab.sweep import machine_description
+
+    commit, dirty = _grader_version()
+    return {
+        "command": ["python", "-m", "autograder.bench", *command],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit, "uncommitted_changes": dirty,
+        "machine": machine_description("cpu"),
+        "versions": {"python": sys.version.split()[0], "nbgrader": nbgrader.__version__, "torch": torch.__version__},
+        **measured,
+    }
+
+
+def _grader_version() -> tuple[str | None, bool | None]:
+    """``(commit, uncommitted changes in autograder/)`` of the checkout, or ``(None, None)`` outside one."""
+    package = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package, capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=package,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, dirty
+
+
+def _write(path: str | None, result: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--workers", type=int, nargs="+", default=None, help="scaling run (see above)")
     parser.add_argument("--course-students", type=int, default=10_000)
+    parser.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
     parser.add_argument("assignments", nargs="*", default=list(ASSIGNMENTS))
     arguments = parser.parse_args(argv)
+    command = sys.argv[1:] if argv is None else list(argv)
     assignments = tuple(arguments.assignments)
     if arguments.workers:
-        return scaling(arguments.students, assignments, arguments.workers, arguments.course_students)
+        return scaling(arguments.students, assignments, arguments.workers, arguments.course_students,
+                       out=arguments.out, command=command)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
         work = Path(work_name)
         course = TemporaryCourse(work / "plain", assignments)
@@ -141,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{our_seconds:.1f} s, {our_rate:.1f} notebooks/minute"
     )
     print(f"ratio: {our_rate / plain_rate:.2f}x")
+    _write(arguments.out, record(
+        command, students=arguments.students, assignments=list(assignments), notebooks=count, jobs=arguments.jobs,
+        sandboxed=sandboxed, plain_seconds=round(plain_seconds, 1), ours_seconds=round(our_seconds, 1),
+        plain_per_minute=round(plain_rate, 2), ours_per_minute=round(our_rate, 2),
+        ratio=round(our_rate / plain_rate, 3), load_before=list(load_before), load_after=list(os.getloadavg())))
     return 0
 
 
-def scaling(students: int, assignments: tuple[str, ...], workers: list[int], course_students: int) -> int:
+def scaling(students: int, assignments: tuple[str, ...], workers: list[int], course_students: int, *,
+            out: str | None = None, command: list[str] | None = None) -> int:
     """Ours with each number of ``workers``; the parallel efficiency; the workers a whole course needs."""
     seconds = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
         work = Path(work_name)
         course = TemporaryCourse(work / "plain", assignments)
@@ -167,6 +223,12 @@ def scaling(students: int, assignments: tuple[str, ...], workers: list[int], cou
     needed = math.ceil(course_notebooks * per_notebook / 3600 / efficiency)
     print(f"one worker grades a notebook in {per_notebook:.1f} s: {course_students} students x 6 assignments "
           f"({course_notebooks} notebooks) in an hour need {needed} such workers at efficiency {efficiency:.2f}")
+    _write(out, record(
+        command or [], students=students, assignments=list(assignments), notebooks=count, sandboxed=sandboxed,
+        seconds={str(jobs): round(seconds[jobs], 1) for jobs in workers},
+        efficiency={str(jobs): round(seconds[base] * base / (seconds[jobs] * jobs), 3) for jobs in workers},
+        seconds_per_notebook=round(per_notebook, 2), course_students=course_students, workers_needed=needed,
+        load_before=list(load_before), load_after=list(os.getloadavg())))
     return 0
 
 

@@ -1,0 +1,57 @@
+"""The grading-speed figures of the instructors' guide come from committed bench data
+(``book/data/grading-speed/``, written by ``python -m autograder.bench --out``), and that data agrees with itself.
+
+Each file's rates are recomputed from its times and counts, its ratio from its rates and its efficiency from its
+times; the built guide must print the figures of the files.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEED = ROOT / "book" / "data" / "grading-speed"
+GUIDE = ROOT / "_build" / "html" / "book" / "guide_instructors.html"
+PROVENANCE = ("command", "date", "commit", "uncommitted_changes", "machine", "versions", "load_before", "load_after")
+
+
+def _read(name: str) -> dict:
+    return json.loads((SPEED / name).read_text(encoding="utf-8"))
+
+
+def test_the_ratio_run_is_complete_and_consistent():
+    run = _read("ratio.json")
+    assert set(PROVENANCE) <= set(run) and run["command"][:3] == ["python", "-m", "autograder.bench"]
+    assert "--out" in run["command"] and run["sandboxed"] is True
+    assert run["notebooks"] == run["students"] * len(run["assignments"])
+    assert run["plain_per_minute"] == pytest.approx(60 * run["notebooks"] / run["plain_seconds"], abs=0.01)
+    assert run["ours_per_minute"] == pytest.approx(60 * run["notebooks"] / run["ours_seconds"], abs=0.01)
+    assert run["ratio"] == pytest.approx(run["plain_seconds"] / run["ours_seconds"], abs=0.002)
+
+
+def test_the_scaling_run_is_complete_and_consistent():
+    run = _read("scaling.json")
+    assert set(PROVENANCE) <= set(run) and "--workers" in run["command"]
+    one, two = run["seconds"]["1"], run["seconds"]["2"]
+    assert run["efficiency"]["2"] == pytest.approx(one / (2 * two), abs=0.001)
+    assert run["seconds_per_notebook"] == pytest.approx(one / run["notebooks"], abs=0.01)
+
+
+def _guide_text() -> str:
+    if not GUIDE.is_file():
+        pytest.fail(f"no built guide at {GUIDE}: run `make book` first (`make test` does)")
+    return html.unescape(re.sub(r"<[^>]+>", "", GUIDE.read_text(encoding="utf-8")))
+
+
+def test_the_guide_prints_the_committed_figures():
+    text = " ".join(_guide_text().split())
+    ratio, scaling = _read("ratio.json"), _read("scaling.json")
+    assert f"a ratio of {ratio['ratio']:.2f}" in text
+    assert f"({ratio['plain_seconds']:.1f} s)" in text and f"({ratio['ours_seconds']:.1f} s)" in text
+    assert f"a parallel efficiency of {scaling['efficiency']['2']:.2f}" in text
+    assert f"need {scaling['workers_needed']} such workers" in text
