@@ -169,3 +169,42 @@ def test_more_comparisons_on_a_page_need_stronger_evidence():
     assert all(c.p_value == alone.p_value and c.adjusted_p == pytest.approx(min(1, 40 * alone.p_value))
                for c in many)
     assert not any(c.finding for c in many)
+
+
+def test_the_sign_flip_p_value_counts_sign_assignments_as_far_from_zero():
+    # Worked by hand: [3, 1] has 4 sign assignments with means 2, 1, -1, -2: two lie at least 2 from 0.
+    assert evidence.sign_flip_p([3.0, 1.0]) == 0.5
+    # [2, -1, 1]: sums 2, -4, 0, -2, 4, 0, 2, -2 (flipping none, the first, ...): |sum| >= 2 in six of eight.
+    assert evidence.sign_flip_p([2.0, -1.0, 1.0]) == 6 / 8
+    # Every seed on one side: only that assignment and its mirror are as far, so p = 2 / 2^n.
+    assert evidence.sign_flip_p([0.3, 0.1, 0.2, 0.5]) == 2 / 16
+    assert evidence.sign_flip_p([0.01] * 10) == 2 / 1024
+    assert evidence.sign_flip_p([0.0, 0.0]) == 1.0
+
+
+def test_with_ten_seeds_no_exact_test_survives_holm_over_many_comparisons():
+    """The smallest sign-flip p-value of ten seeds is 2/1024; Holm's first threshold over 100 comparisons is
+    0.05/100: no ordering passes, however strong, where the t-test finds them all."""
+    strong = [0.9] * 10
+    weak = [0.1 + 0.01 * seed for seed in range(10)]
+    tables = {f"table {n}": {"strong": strong, "weak": weak} for n in range(100)}
+    by_t = evidence.paired_comparisons(tables)
+    by_signs = evidence.paired_comparisons(tables, test="sign-flip")
+    assert all(c.finding for c in by_t)
+    assert not any(c.finding for c in by_signs)
+    assert {c.p_value for c in by_signs} == {2 / 1024} and {c.adjusted_p for c in by_signs} == {100 * 2 / 1024}
+    assert {(c.seeds_on_side, c.seeds) for c in by_signs} == {(10, 10)}
+
+
+def test_a_comparison_counts_the_seeds_on_its_side():
+    higher = [0.9, 0.8, 0.1, 0.9]
+    lower = [0.2, 0.3, 0.4, 0.2]
+    (decided,) = evidence.paired_comparisons({"t": {"a": higher, "b": lower}}, margin=0.0)
+    assert (decided.higher, decided.seeds_on_side, decided.seeds) == ("a", 3, 4)
+
+
+def test_an_unknown_test_and_too_many_seeds_are_named():
+    with pytest.raises(ValueError, match="test must be one of"):
+        evidence.paired_comparisons({"t": {"a": [1.0, 2.0], "b": [0.0, 1.0]}}, test="wilcoxon")
+    with pytest.raises(ValueError, match="1 to 20 seeds, got 21"):
+        evidence.sign_flip_p([0.1] * 21)

@@ -144,14 +144,15 @@ def table_name(task: str, model: str, range_name: str) -> str:
 
 def findings(runs: Mapping[Key, Mapping[int, RunScores]], ranges: Mapping[str, tuple[int, int]], *,
              measure: str = "exact", alpha: float = 0.05, margin: float = 0.05,
-             floor: float = 0.05) -> list[Comparison]:
+             floor: float = 0.05, test: str = "t") -> list[Comparison]:
     """Every pair of kinds, on every task and model of ``runs`` and every range of ``ranges``, decided as one
-    family (see the module docstring); each :class:`~posenc_ref.evidence.Comparison`'s ``table`` is
-    :func:`table_name`."""
+    family (see the module docstring) with the paired ``test`` (:data:`~posenc_ref.lab.evidence.PAIRED_TESTS`);
+    each :class:`~posenc_ref.evidence.Comparison`'s ``table`` is :func:`table_name`, and it counts the seeds on
+    its side."""
     pairs = dict.fromkeys((task, model) for task, model, _ in runs)
     tables = {table_name(task, model, name): scores_by_kind(runs, task, model, sizes, measure)
               for task, model in pairs for name, sizes in ranges.items()}
-    return paired_comparisons(tables, alpha=alpha, margin=margin, floor=floor)
+    return paired_comparisons(tables, alpha=alpha, margin=margin, floor=floor, test=test)
 
 
 def order_sentence(comparisons: Sequence[Comparison], means: Mapping[str, float], *,

@@ -276,6 +276,33 @@ def paired_t_test(first: Sequence[float], second: Sequence[float]) -> PairedTest
     return PairedTest(mean_difference=mean, p_value=t_two_sided_p(t, len(a) - 1), seeds=len(a))
 
 
+MAX_SIGN_FLIP_SEEDS = 20
+"""The most seeds :func:`sign_flip_p` enumerates (2^20 sign assignments)."""
+
+
+def sign_flip_p(differences: Sequence[float]) -> float:
+    """The exact two-sided p-value of the paired sign-flip test of a mean difference of 0.
+
+    Under no difference between the two kinds, each seed's difference is as likely to have either sign (the
+    pairs are exchangeable): the p-value is the share of the :math:`2^n` assignments of signs to the ``n``
+    differences whose mean lies at least as far from 0 as the observed mean. It rests on that symmetry only,
+    not on normal tails, and with ``n`` seeds it is never below :math:`2 / 2^n` (0.00195 for ten seeds).
+
+    Raises:
+        ValueError: non-finite differences, none, or more than :data:`MAX_SIGN_FLIP_SEEDS`.
+    """
+    values = _check_scores("differences", differences)
+    if not 1 <= len(values) <= MAX_SIGN_FLIP_SEEDS:
+        raise ValueError(f"differences must hold 1 to {MAX_SIGN_FLIP_SEEDS} seeds, got {len(values)}")
+    observed = abs(sum(values))
+    tolerance = 1e-12 * max(1.0, sum(abs(value) for value in values))
+    as_far = 0
+    for signs in range(2 ** len(values)):
+        total = sum(-value if signs >> index & 1 else value for index, value in enumerate(values))
+        as_far += abs(total) >= observed - tolerance
+    return as_far / 2 ** len(values)
+
+
 def holm(p_values: Mapping[Any, float]) -> dict[Any, float]:
     """Holm's adjusted p-values of a family of comparisons, by the same keys (see the comment above)."""
     for key, p in p_values.items():
@@ -301,10 +328,17 @@ class Comparison:
     adjusted_p: float
     finding: bool
     reason: str
+    seeds_on_side: int = 0  # seeds whose score is higher for ``higher`` than for ``lower``
+    seeds: int = 0
+
+
+PAIRED_TESTS = ("t", "sign-flip")
+"""The paired tests :func:`paired_comparisons` offers: Student's t (normal tails assumed) and the exact
+sign-flip test (:func:`sign_flip_p`, symmetry assumed)."""
 
 
 def paired_comparisons(tables: Mapping[str, Mapping[str, Sequence[float]]], *, alpha: float = 0.05,
-                       margin: float = 0.05, floor: float = 0.05) -> list[Comparison]:
+                       margin: float = 0.05, floor: float = 0.05, test: str = "t") -> list[Comparison]:
     """Every pair of kinds in every table, tested paired over seeds and corrected together (Holm).
 
     Args:
@@ -312,6 +346,7 @@ def paired_comparisons(tables: Mapping[str, Mapping[str, Sequence[float]]], *, a
         alpha: the chance of one or more false findings among all the comparisons, in (0, 1).
         margin: the smallest mean difference called a finding.
         floor: two kinds whose means both lie below it are never ordered.
+        test: the paired test, one of :data:`PAIRED_TESTS`.
 
     Returns:
         One :class:`Comparison` per pair, ``higher`` the kind of the larger mean; ``reason`` says why a pair is
@@ -319,7 +354,8 @@ def paired_comparisons(tables: Mapping[str, Mapping[str, Sequence[float]]], *, a
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-    tests, means = {}, {}
+    check_choice("test", test, PAIRED_TESTS)
+    tests, means, sides = {}, {}, {}
     for table, scores_by_kind in tables.items():
         kinds = list(scores_by_kind)
         for kind in kinds:
@@ -327,19 +363,26 @@ def paired_comparisons(tables: Mapping[str, Mapping[str, Sequence[float]]], *, a
         for index, one in enumerate(kinds):
             for other in kinds[index + 1:]:
                 higher, lower = (other, one) if means[table, other] > means[table, one] else (one, other)
-                tests[table, higher, lower] = paired_t_test(scores_by_kind[higher], scores_by_kind[lower])
-    adjusted = holm({key: test.p_value for key, test in tests.items()})
+                tested = paired_t_test(scores_by_kind[higher], scores_by_kind[lower])
+                differences = [high - low for high, low in zip(scores_by_kind[higher], scores_by_kind[lower],
+                                                                strict=True)]
+                if test == "sign-flip":
+                    tested = PairedTest(tested.mean_difference, sign_flip_p(differences), tested.seeds)
+                tests[table, higher, lower] = tested
+                sides[table, higher, lower] = sum(difference > 0 for difference in differences)
+    adjusted = holm({key: paired.p_value for key, paired in tests.items()})
     comparisons = []
-    for (table, higher, lower), test in tests.items():
+    for (table, higher, lower), paired in tests.items():
         if means[table, higher] < floor and means[table, lower] < floor:
             reason = f"both below {floor:g}"
-        elif test.mean_difference < margin:
-            reason = f"difference {test.mean_difference:.2f} < margin {margin:g}"
+        elif paired.mean_difference < margin:
+            reason = f"difference {paired.mean_difference:.2f} < margin {margin:g}"
         elif adjusted[table, higher, lower] >= alpha:
             reason = f"adjusted p = {adjusted[table, higher, lower]:.2g} >= {alpha:g}"
         else:
             reason = ""
-        comparisons.append(Comparison(table=table, higher=higher, lower=lower, mean_difference=test.mean_difference,
-                                      p_value=test.p_value, adjusted_p=adjusted[table, higher, lower],
-                                      finding=not reason, reason=reason))
+        comparisons.append(Comparison(table=table, higher=higher, lower=lower, mean_difference=paired.mean_difference,
+                                      p_value=paired.p_value, adjusted_p=adjusted[table, higher, lower],
+                                      finding=not reason, reason=reason,
+                                      seeds_on_side=sides[table, higher, lower], seeds=paired.seeds))
     return comparisons
