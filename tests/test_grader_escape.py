@@ -403,7 +403,7 @@ def test_raw_cells_are_cleaned_and_widget_state_is_dropped():
     rebuilt = sanitize_notebook(notebook)
     assert rebuilt.cells[0].source == "alert(1)<b>ok</b>"
     assert rebuilt.cells[0].metadata == {}  # no raw_mimetype: no template shows it as HTML
-    assert rebuilt.metadata == {}
+    assert rebuilt.metadata == {"language_info": {"name": "python", "pygments_lexer": "python3"}}  # the lexer only
 
 
 def test_sanitize_notebook_file_rewrites_the_file_in_place(tmp_path):

@@ -292,16 +292,25 @@ def test_a_50_mb_notebook_hands_bounded_input_to_the_renderer_and_bleach(monkeyp
     assert "<td>1</td>" in sources[201] and sources[-1] == MARKDOWN_NOTICE  # until the notebook's budget ends
 
 
+def test_code_is_highlighted_by_the_python_lexer_whatever_the_notebook_names():
+    notebook = _notebook(_code())
+    notebook.metadata = {"language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+    assert sanitize_notebook(notebook).metadata["language_info"] == {"name": "python", "pygments_lexer": "python3"}
+    # A fenced code block in markdown is shown as text, whichever language its fence names.
+    (cell,) = sanitize_notebook(_notebook(_markdown("```ipython3\n@a.a.a\n```"))).cells
+    assert "<pre><code>@a.a.a&#10;</code></pre>" in cell.source and "highlight" not in cell.source
+
+
 def test_code_is_cut_per_cell_and_per_notebook_before_any_renderer_highlights_it():
     long_cell = "x = 1\n" * 50_000  # 300,000 characters
     notebook = _notebook(*[nbformat.v4.new_code_cell(long_cell) for _ in range(12)], nbformat.v4.new_code_cell("y = 2"))
     sources = [cell.source for cell in sanitize_notebook(notebook).cells]
-    # Bounds written out: 200,000 characters a cell, then a line saying how many were cut; 2,000,000 in all.
+    # Bounds written out: 200,000 characters a cell, then a line saying how many were cut; 1,000,000 in all.
     assert sources[0] == long_cell[:200_000] + "\n[... 100000 more characters not shown]"
-    assert sum(map(len, sources)) <= 2_000_000 + 13 * 100
+    assert sum(map(len, sources)) <= 1_000_000 + 13 * 100
     shown = [source for source in sources if not source.startswith("[removed from this page")]
-    assert len(shown) == 9  # 9 cells of 200,039 characters fit in 2,000,000; the tenth does not
-    assert sources[9] == ("[removed from this page: 200039 characters of code; the notebook's code passed 2000000 "
+    assert len(shown) == 4  # 4 cells of 200,039 characters fit in 1,000,000; the fifth does not
+    assert sources[4] == ("[removed from this page: 200039 characters of code; the notebook's code passed 1000000 "
                           "characters, and the notebook holds it]")
     assert sources[12].startswith("[removed from this page")  # the budget is spent: nothing after it is shown
 
@@ -339,7 +348,7 @@ def test_notebook_metadata_keeps_the_kernel_and_language_names():
     }  # fmt: skip
     assert sanitize_notebook(notebook).metadata == {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python", "version": "3.11.2"},
+        "language_info": {"name": "python", "version": "3.11.2", "pygments_lexer": "python3"},
     }
 
 

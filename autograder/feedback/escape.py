@@ -202,6 +202,11 @@ class _MathRenderer(IPythonRenderer):
     def latex_environment(self, name: str, body: str) -> str:
         return self._formula(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
 
+    def block_code(self, code: str, info: str | None = None) -> str:
+        """A fenced code block as escaped text, never highlighted: the language after the fence would choose
+        any of pygments' lexers, some of which take time that grows faster than their input."""
+        return f"<pre><code>{html.escape(code, quote=False)}</code></pre>\n"
+
 
 def render_markdown(source: str, attachments: dict | None = None) -> str:
     """Markdown rendered as nbconvert renders a markdown cell (attachments as data: URLs), with its formulas

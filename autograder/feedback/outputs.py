@@ -14,6 +14,8 @@ few things a page needs, each checked for its type and size:
 - markdown cells become their rendered, cleaned HTML (formulas as MathML) in one HTML block
   (:func:`~autograder.feedback.escape.html_block`), with png and jpeg attachments embedded;
 - raw cells keep their cleaned text, which no template shows without a format in their metadata;
+- notebook metadata keeps the kernel's and the language's names, and names the lexer code is highlighted with:
+  pygments' Python lexer, always (:data:`PYGMENTS_LEXER`), whose time grows with its input only;
 - cell metadata keeps nbgrader's fields with their scalar types, and the item each graded cell belongs to as
   the notebook numbers it (``{"autograder": {"item": "4.2"}}``, :func:`autograder.progress.item_labels`), which
   the feedback page names it by; notebook metadata keeps the kernel's and language's names.
@@ -60,7 +62,7 @@ MAX_NOTEBOOK_HTML_CHARS = 4_000_000  # all the markdown and HTML of one notebook
 MAX_NOTEBOOK_HTML_TAGS = 40_000
 MAX_NOTICE_NAMES = 10
 MAX_SOURCE_CHARS = 200_000  # one code cell's source, shown as text (highlighted) by both renderers
-MAX_NOTEBOOK_SOURCE_CHARS = 2_000_000  # the code of all the notebook's cells together
+MAX_NOTEBOOK_SOURCE_CHARS = 1_000_000  # the code of all the notebook's cells together
 
 IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
@@ -71,7 +73,10 @@ NBGRADER_METADATA = {
     "checksum": str, "points": (int, float), "score": (int, float), "schema_version": int,
 }  # fmt: skip
 KERNELSPEC_FIELDS = ("name", "display_name", "language")
-LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension", "pygments_lexer", "nbconvert_exporter")
+LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension")
+# The lexer both renderers highlight code with: pygments' Python lexer, whose time grows with its input alone
+# (IPython's, the kernel's own choice, takes time that grows with the square of a line's length).
+PYGMENTS_LEXER = "python3"
 _NAME = re.compile(r"[A-Za-z0-9_.+ /()-]{1,100}")
 MAX_ITEM_LABEL = 40  # autograder.crossing.MAX_ITEM_LABEL: what the worker accepts
 # A hidden-test block of a test cell, to its end marker or, when that is missing, to the end of the cell.
@@ -359,11 +364,13 @@ def _names_of(value: object, fields: tuple[str, ...]) -> dict[str, str]:
 
 
 def rebuilt_notebook_metadata(metadata: object) -> dict:
-    """The kernel's and the language's names (plain short strings), nothing else (no widget state)."""
+    """The kernel's and the language's names (plain short strings), nothing else (no widget state), and the
+    lexer the pages highlight code with, always :data:`PYGMENTS_LEXER`."""
     metadata = metadata if isinstance(metadata, dict) else {}
     kept = {
         "kernelspec": _names_of(metadata.get("kernelspec"), KERNELSPEC_FIELDS),
-        "language_info": _names_of(metadata.get("language_info"), LANGUAGE_INFO_FIELDS),
+        "language_info": {"name": "python", **_names_of(metadata.get("language_info"), LANGUAGE_INFO_FIELDS),
+                          "pygments_lexer": PYGMENTS_LEXER},  # nbformat requires a name: the course's kernels
     }
     return {key: value for key, value in kept.items() if value}
 
