@@ -21,11 +21,13 @@ of another owner in a student's own folder, a deadline, and a destination that h
 from __future__ import annotations
 
 import csv
+import datetime
 import os
 import pwd
 import secrets
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import nbformat
@@ -145,6 +147,28 @@ def test_links_of_either_kind_another_owners_file_and_the_deadline_are_refused(t
     assert not (out / "bob").exists() and not (out / "alice").exists()
     completed = _collect(exchange, roster, out, deadline, "--allow-late", cwd=tmp_path)
     assert (out / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"bob": 1}'
+
+
+def test_a_notebook_rewritten_in_place_after_the_deadline_is_late(tmp_path, accounts):
+    """Writing into a file changes the file, not its folder: the deadline reads every file's last change."""
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    made = datetime.datetime.now(datetime.UTC)
+    stamp = f"{made:%Y-%m-%d %H:%M:%S.%f} UTC"
+    honest = _inbound_folder(inbound, "alice", stamp, accounts["alice"][1], b'{"on time": 1}')
+    rewritten = _inbound_folder(inbound, "bob", stamp, accounts["bob"][1], b'{"on time": 1}')
+    deadline = made.replace(microsecond=0) + datetime.timedelta(seconds=2)
+    time.sleep(max(0.0, (deadline - datetime.datetime.now(datetime.UTC)).total_seconds()) + 1.1)
+    with open(rewritten / f"{ASSIGNMENT}.ipynb", "r+b") as notebook:  # as its owner could, after the deadline
+        notebook.write(b'{"late": 1}   ')
+    completed = _collect(exchange, roster, out, f"--deadline={deadline:%Y-%m-%d %H:%M:%S} UTC", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    refused = _refused(completed.stdout)
+    assert list(refused) == [rewritten.name], completed.stdout
+    assert "its folder or a file read from it last changed" in refused[rewritten.name]
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"on time": 1}'
+    assert not (out / "bob").exists() and honest.is_dir()
 
 
 def test_collect_refuses_a_destination_that_holds_the_answer_key(tmp_path, accounts):

@@ -145,22 +145,31 @@ def _account_uid(account: str) -> int:
         raise ValueError(f"the roster's account {account!r} does not exist on this machine") from None
 
 
-def _read_own_file(folder: Folder, name: str, cap: int, uid: int) -> bytes:
+def _read_own_file(folder: Folder, name: str, cap: int, uid: int, changes: list[float]) -> bytes:
     """The regular file ``name`` of ``folder``, of one name and of the account ``uid``
-    (:meth:`Folder.read_owned`)."""
+    (:meth:`Folder.read_owned`); its last change is added to ``changes``."""
     if name not in dict(folder.entries()[0]):
         raise Refused(name, "is missing")
-    return folder.read_owned(name, cap, uid)
+    content, changed = folder.read_owned(name, cap, uid)
+    changes.append(changed)
+    return content
 
 
-def _check_timestamp(record: Inbound, changed: datetime.datetime, now, deadline, allow_late: bool) -> None:
+def _utc(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).replace(tzinfo=None)
+
+
+def _check_timestamp(record: Inbound, changed: datetime.datetime, now, deadline, allow_late: bool,
+                     what: str = "its folder made or changed") -> None:
+    """Refuse a timestamp in the future, and work past ``deadline`` (unless ``allow_late``): the latest of the
+    folder's timestamp and ``changed``, the last change of what is read (``what`` says which)."""
     if record.timestamp > now:
         raise ValueError(f"its timestamp {record.timestamp_text} lies in the future")
     latest = max(record.timestamp, changed)
     if deadline is not None and latest > deadline and not allow_late:
         raise ValueError(
             f"it came after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC (its timestamp {record.timestamp_text}, "
-            f"its folder made or changed {changed:%Y-%m-%d %H:%M:%S} UTC); late work is refused without --allow-late"
+            f"{what} {changed:%Y-%m-%d %H:%M:%S} UTC); late work is refused without --allow-late"
         )
 
 
@@ -182,8 +191,8 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
                 f"it names student {record.student!r}, whose account is {account!r} (uid {uid}), but is owned by "
                 f"{account_name(status.st_uid)}"
             )
-        changed = datetime.datetime.fromtimestamp(status.st_ctime, datetime.UTC).replace(tzinfo=None)
-        _check_timestamp(record, changed, now, deadline, allow_late)
+        _check_timestamp(record, _utc(status.st_ctime), now, deadline, allow_late)
+        changes: list[float] = []
         names = [name for name, kind in folder.entries()[0] if kind == "file" or kind == "link"]
         notebooks = sorted(name for name in names if name.endswith(".ipynb"))
         expected = f"{assignment}.ipynb"
@@ -193,16 +202,22 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
             chosen = notebooks[0]
         else:
             raise ValueError(f"it holds no {expected}" + (f" but {len(notebooks)} other notebooks" if notebooks else ""))
-        timestamp = _read_own_file(folder, "timestamp.txt", MAX_EXCHANGE_FILE_BYTES, uid).decode("ascii", "replace")
+        timestamp = _read_own_file(folder, "timestamp.txt", MAX_EXCHANGE_FILE_BYTES, uid, changes).decode(
+            "ascii", "replace")
         if timestamp.strip() != record.timestamp_text:
             raise ValueError(f"its timestamp.txt says {shown(timestamp.strip())!r}, its name {record.timestamp_text!r}")
         secret = None
         if "submission_secret.txt" in names:
-            text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid)
+            text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid, changes)
             if not _SECRET.fullmatch(text.decode("ascii", "replace").strip()):
                 raise ValueError("its submission_secret.txt is not the hexadecimal secret nbgrader writes")
             secret = text.strip()
-        notebook = _read_own_file(folder, chosen, MAX_NOTEBOOK_BYTES, uid)
+        notebook = _read_own_file(folder, chosen, MAX_NOTEBOOK_BYTES, uid, changes)
+        # A file written in place after the deadline changes the file, not its folder: the deadline reads the
+        # last change of every file read, and of the folder again after the reads.
+        changes.append(os.fstat(folder.descriptor).st_ctime)
+        _check_timestamp(record, _utc(max(changes)), now, deadline, allow_late,
+                         "its folder or a file read from it last changed")
         return _Files(chosen, notebook, record.timestamp_text.encode("ascii"), secret)
 
 

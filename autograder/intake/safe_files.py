@@ -198,9 +198,11 @@ class Folder:
         finally:
             os.close(descriptor)
 
-    def read_owned(self, name: str, cap: int, uid: int) -> bytes:
+    def read_owned(self, name: str, cap: int, uid: int) -> tuple[bytes, float]:
         """:meth:`read`, and refused besides when the file has a second name (a hard link) or belongs to
-        another account than ``uid`` (nbgrader's exchange, where a student's files are those of their account).
+        another account than ``uid`` (nbgrader's exchange, where a student's files are those of their account);
+        with the bytes, the file's last change (its status change time, which its owner cannot set back, read
+        after the bytes: a write during the read counts).
 
         Raises:
             Refused: as :meth:`read`; a hard link; another owner.
@@ -212,7 +214,8 @@ class Folder:
                 raise Refused(name, f"has {status.st_nlink} hard links; links of either kind are not followed")
             if stat.S_ISREG(status.st_mode) and status.st_uid != uid:
                 raise Refused(name, f"is owned by {account_name(status.st_uid)}, not by the student's account")
-            return _read_open_file(descriptor, name, cap)
+            content = _read_open_file(descriptor, name, cap)
+            return content, os.fstat(descriptor).st_ctime
         finally:
             os.close(descriptor)
 
