@@ -171,6 +171,34 @@ def test_a_notebook_rewritten_in_place_after_the_deadline_is_late(tmp_path, acco
     assert not (out / "bob").exists() and honest.is_dir()
 
 
+def test_a_flood_of_names_in_inbound_pushes_no_student_out(tmp_path, accounts):
+    """Any account can create names in inbound/; only those of this assignment's rostered students are kept."""
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1], b'{"alice": 1}')
+    for number in range(12_000):  # more than the 10,000 names a folder listing of the intake keeps
+        (inbound / f"junk{number}").touch()
+    (inbound / f"mallory+{ASSIGNMENT}+2026-01-01 10:00:00.000000 UTC").mkdir()  # no student of the roster
+    completed = _collect(exchange, roster, out, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"alice": 1}'
+    assert "12001 other names in the inbound folder" in completed.stdout, completed.stdout
+
+
+def test_more_submissions_than_the_listing_keeps_collect_nothing_and_say_so(tmp_path, accounts, monkeypatch):
+    from autograder.intake import exchange as exchange_module
+
+    inbound = tmp_path / "exchange" / COURSE / "inbound"
+    for hour in range(3):
+        _inbound_folder(inbound, "alice", f"2026-01-01 1{hour}:00:00.000000 UTC", accounts["alice"][1])
+    monkeypatch.setattr(exchange_module, "MAX_ROSTER_SUBMISSIONS", 1)  # two rostered students: two names
+    roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
+    with pytest.raises(ValueError, match="more than 2 submissions of 04_relative named after students of the roster"):
+        exchange_module.collect(tmp_path / "exchange", COURSE, ASSIGNMENT, roster, tmp_path / "out")
+    assert not (tmp_path / "out" / "alice").exists()
+
+
 def test_collect_refuses_a_destination_that_holds_the_answer_key(tmp_path, accounts):
     exchange = tmp_path / "exchange"
     (exchange / COURSE / "inbound").mkdir(parents=True)

@@ -10,14 +10,17 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   followed (a submission folder or a file that is a link is refused), only regular files are read, a file
   with more than one hard link is refused like a link, each file is read within its cap (the notebook's
   :data:`~autograder.intake.sanitize.MAX_NOTEBOOK_BYTES`, nbgrader's short text files'
-  :data:`~autograder.course_directory.MAX_EXCHANGE_FILE_BYTES`), the listing is bounded, and the whole
-  class within :data:`MAX_COLLECTED_BYTES` and the free space of the destination;
+  :data:`~autograder.course_directory.MAX_EXCHANGE_FILE_BYTES`), the whole listing is read but only the names
+  of this assignment's rostered students kept (at most :data:`MAX_ROSTER_SUBMISSIONS` each; past that nothing
+  is collected and the command says so: names that anyone can create never push a student out of the
+  listing), and the whole class within :data:`MAX_COLLECTED_BYTES` and the free space of the destination;
 - a submission is accepted only when its folder, and every file read from it, is owned by the account the
   roster gives the student it names (:func:`read_roster`: a CSV ``student_id,account`` that the instructor
   writes); a mismatch is refused with a reason that names both accounts;
 - its timestamp (the folder's name, which ``timestamp.txt`` must repeat) is refused when it lies in the
-  future, and so is a submission later than ``deadline`` (its timestamp or the folder's status change time,
-  which the kernel sets at each change and nobody can set to a chosen time, whichever is later) unless the instructor allows late work;
+  future, and so is a submission later than ``deadline`` (its timestamp, or the status change time of its
+  folder or of a file read from it, which the kernel sets at each change and nobody can set to a chosen time,
+  whichever is latest) unless the instructor allows late work;
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
   (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
   ``submission_secret.txt`` as checked text, nothing else a student put there. DIR must not hold ``source/``
@@ -42,6 +45,7 @@ from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
 from autograder.intake.safe_files import Folder, Refused, account_name, shown
 from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 
+MAX_ROSTER_SUBMISSIONS = 1_000  # inbound folders of one assignment read per rostered student, at most
 MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, in total
 MAX_ROSTER_BYTES = 10 * 1024**2
 # nbgrader refuses '+' and '*' in a student id it is given; the folder's name separates its fields by '+'.
@@ -221,10 +225,32 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
         return _Files(chosen, notebook, record.timestamp_text.encode("ascii"), secret)
 
 
-def _listing(inbound: Folder, assignment: str, collected: Collected) -> list[Inbound]:
-    names, cut = inbound.entries()
+def _student_and_assignment(name: str) -> str:
+    """``alice+04_relative+`` of an inbound name ``alice+04_relative+<timestamp>...``; empty for another name."""
+    parts = name.split("+", 2)
+    return f"{parts[0]}+{parts[1]}+" if len(parts) == 3 else ""
+
+
+def _listing(inbound: Folder, assignment: str, roster: dict[str, str], collected: Collected) -> list[Inbound]:
+    """The inbound folders of ``assignment`` that name a student of ``roster``, newest first. The whole listing
+    is read, whatever it holds (any account can put names there), but only those names are kept: at most
+    :data:`MAX_ROSTER_SUBMISSIONS` per rostered student, past which nothing is collected (every student's newest
+    work could be among the names left out).
+
+    Raises:
+        ValueError: more such names than that.
+    """
+    prefixes = {f"{student}+{assignment}+" for student in roster}
+    limit = MAX_ROSTER_SUBMISSIONS * max(1, len(roster))
+    names, ignored, cut = inbound.entries_matching(lambda name: _student_and_assignment(name) in prefixes, limit)
     if cut:
-        collected.warnings.append(f"the inbound folder holds more names than were read ({len(names)})")
+        raise ValueError(
+            f"the inbound folder holds more than {limit} submissions of {assignment} named after students of the "
+            f"roster ({MAX_ROSTER_SUBMISSIONS} each): nothing was collected; remove the old or stray ones"
+        )
+    if ignored:
+        collected.warnings.append(f"{ignored} other names in the inbound folder (other assignments, or no student "
+                                  "of the roster) were not read")
     records = []
     for name, kind in names:
         try:
@@ -286,12 +312,9 @@ def collect(
     written = 0
     out.mkdir(parents=True, exist_ok=True)
     with Folder.open(inbound_path) as inbound:
-        for record in _listing(inbound, assignment, collected):
+        for record in _listing(inbound, assignment, roster, collected):
             if record.student in collected.accepted:
                 continue  # an older submission of a student already collected
-            if record.student not in roster:
-                collected.refused.append((record.name, f"student {record.student!r} is not in the roster"))
-                continue
             try:
                 files = _read_submission(
                     inbound, record, assignment, uids[record.student], roster[record.student], now, deadline,

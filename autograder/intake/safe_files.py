@@ -260,6 +260,22 @@ class Folder:
         return sorted(found), False
 
 
+    def entries_matching(self, keep: Callable[[str], bool], limit: int) -> tuple[list[tuple[str, str]], int, bool]:
+        """(name, kind) of the names of this folder that ``keep`` accepts, at most ``limit`` of them, sorted;
+        how many names it did not accept; and whether accepted names were left out. The whole listing is read
+        (its time grows with the folder), but only accepted names are kept (its memory with ``limit``)."""
+        found, ignored = [], 0
+        with os.scandir(self.descriptor) as listing:
+            for item in listing:
+                if not keep(item.name):
+                    ignored += 1
+                    continue
+                if len(found) == limit:
+                    return sorted(found), ignored, True
+                found.append((item.name, _kind(item)))
+        return sorted(found), ignored, False
+
+
 def _kind(item: os.DirEntry) -> str:
     try:
         if item.is_symlink():
