@@ -140,7 +140,9 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
         )
         found.append(
             f"kernels had no control group ({cgroup}): memory was limited as address space only "
-            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap), processes "
+            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap, and memory a "
+            "kernel holds outside its address space, in anonymous files (memfd_create) or System V shared memory, "
+            "was NOT limited: a kernel could fill the machine's memory), processes "
             f"were {processes}, and no kernel had a CPU share of its own (book/guide_instructors.md: 'Grading safely')"
         )
     return found
