@@ -263,3 +263,35 @@ def test_grade_of_a_hostile_zip_grades_every_student_and_says_why_each_was_refus
     assert "is encrypted in the zip" in reasons["eve"]
     with open(out / "grades.csv", newline="") as handle:
         assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)} == dict.fromkeys(reasons, 0.0)
+
+
+def test_a_zip_whose_directory_is_too_large_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """zipfile parses a zip's whole directory into memory; its size is read from the end records first.
+    66,000 members of 60-byte names: 66,000 x (46 + 60) bytes of directory, declared in the zip64 record."""
+    from autograder.intake import zip_tree
+
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for number in range(66_000):
+            bundle.writestr(f"{number:060d}", "")
+    assert zip_tree.directory_bytes(archive) == 66_000 * (46 + 60)
+
+    def no_parse(*arguments, **keywords):
+        raise AssertionError("the directory was parsed")
+
+    monkeypatch.setattr(zip_tree.zipfile, "ZipFile", no_parse)
+    with pytest.raises(ValueError, match=r"declares a directory of members of 6996000 bytes; at most 6000000 are read"):
+        collect(archive, ("04_relative",), tmp_path / "received")
+
+
+def test_the_directory_size_of_a_small_zip_is_its_headers(tmp_path):
+    from autograder.intake.zip_tree import directory_bytes
+
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for name in ("ana/04_relative/04_relative.ipynb", "bob/04_relative/04_relative.ipynb"):
+            bundle.writestr(name, "{}")
+        bundle.comment = b"a comment after the end record's fields"
+    assert directory_bytes(archive) == 2 * (46 + len("ana/04_relative/04_relative.ipynb"))
+    (tmp_path / "not-a-zip.zip").write_bytes(b"just text")
+    assert directory_bytes(tmp_path / "not-a-zip.zip") is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import lzma
 import stat
+import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -32,6 +33,13 @@ from autograder.intake.safe_files import Entry, Refused, shown
 
 MAX_ZIP_MEMBERS = 20_000
 MAX_NAME_BYTES = 255
+# The directory of members that zipfile parses whole into memory (about 0.5 kB a member): checked in the zip's
+# end records before it is parsed, room for MAX_ZIP_MEMBERS members of 300 bytes (a 46-byte header, a name,
+# the usual extra fields), so that at most about 130,000 of the smallest members are ever parsed.
+MAX_DIRECTORY_BYTES = 300 * MAX_ZIP_MEMBERS
+_END = struct.Struct("<4s4H2LH")  # end of central directory: signature .. directory's size, offset, comment
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
 READABLE_METHODS = {
     zipfile.ZIP_STORED: "stored",
     zipfile.ZIP_DEFLATED: "deflate",
@@ -62,6 +70,10 @@ class ZipTree:
             ValueError: ``archive`` is not a zip, its directory cannot be read, or it holds more than
                 :data:`MAX_ZIP_MEMBERS` members.
         """
+        declared = directory_bytes(archive)
+        if declared is not None and declared > MAX_DIRECTORY_BYTES:
+            raise ValueError(f"{archive} declares a directory of members of {declared} bytes; at most "
+                             f"{MAX_DIRECTORY_BYTES} are read (about {MAX_ZIP_MEMBERS} members)")
         try:
             bundle = zipfile.ZipFile(archive)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
@@ -174,3 +186,31 @@ def _kind(member: zipfile.ZipInfo) -> str:
     if stat.S_ISLNK(mode):
         return "link"
     return "file" if stat.S_IFMT(mode) in (0, stat.S_IFREG) else "other"
+
+
+def directory_bytes(archive: Path) -> int | None:
+    """The size of the zip's directory of members as its end records declare it (the zip64 record's where
+    the classic one says so), read from the end of the file before anything parses the directory; None when no
+    end record is found (then zipfile says the file is no zip)."""
+    with open(archive, "rb") as handle:
+        size = handle.seek(0, 2)
+        tail_start = max(0, size - _END.size - 0xFFFF)  # the record, and a comment of at most 65,535 bytes
+        handle.seek(tail_start)
+        tail = handle.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END.size:
+            return None
+        fields = _END.unpack_from(tail, at)
+        entries, declared = fields[4], fields[5]
+        if entries != 0xFFFF and declared != 0xFFFFFFFF:
+            return declared
+        locator_at = tail_start + at - _ZIP64_LOCATOR.size
+        if locator_at < 0:
+            return declared
+        handle.seek(locator_at)
+        signature, _, end_offset, _ = _ZIP64_LOCATOR.unpack(handle.read(_ZIP64_LOCATOR.size))
+        if signature != b"PK\x06\x07" or end_offset > size - _ZIP64_END.size:
+            return declared
+        handle.seek(end_offset)
+        record = _ZIP64_END.unpack(handle.read(_ZIP64_END.size))
+        return record[8] if record[0] == b"PK\x06\x06" else declared
