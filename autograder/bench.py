@@ -28,7 +28,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -141,15 +140,9 @@ def record(command: list[str], **measured) -> dict:
 
 def _grader_version() -> tuple[str | None, bool | None]:
     """``(commit, uncommitted changes in autograder/)`` of the checkout, or ``(None, None)`` outside one."""
-    package = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package, capture_output=True, text=True,
-                                check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=package,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip() != ""
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    return commit, dirty
+    from posenc_ref.lab.sweep import git_commit
+
+    return git_commit(Path(__file__).resolve().parent)
 
 
 def _write(path: str | None, result: dict) -> None:

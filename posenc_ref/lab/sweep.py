@@ -135,10 +135,12 @@ def run_sweep(
 def code_version() -> tuple[str | None, bool | None]:
     """``(commit, uncommitted changes in the package)`` of the checkout this package runs from, or
     ``(None, None)`` outside a git checkout. Take it when a sweep starts: the code that ran is the code then."""
-    return _git_commit(Path(__file__).resolve().parent)
+    return git_commit(Path(__file__).resolve().parent)
 
 
-def _git_commit(directory: Path) -> tuple[str | None, bool | None]:
+def git_commit(directory: Path) -> tuple[str | None, bool | None]:
+    """``(commit, uncommitted changes under directory)`` of the checkout holding ``directory``, or
+    ``(None, None)`` outside a git checkout."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
                                 check=True, timeout=10).stdout.strip()
