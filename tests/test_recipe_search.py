@@ -30,6 +30,8 @@ def test_the_recipes_are_the_ones_the_docstring_names():
     assert recipes["slow-long"] == {"learning_rate": 1e-3, "max_steps": 8000, "warmup_steps": 500}
     assert recipes["wide-slow-long"] == {**recipes["slow-long"], "d_model": 64}
     assert recipes["wide-deep-slow-long"] == {**recipes["wide-slow-long"], "num_layers": 3}
+    assert recipes["wide-deep-large-batch-longer"] == {**recipes["wide-deep-slow-long"], "max_steps": 16000,
+                                                       "warmup_steps": 1000, "batch_size": 128}
     assert FULL_SETTINGS.warmup_steps == 50 and FULL_SETTINGS.learning_rate == 3e-3
 
 
