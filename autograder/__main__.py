@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
-from autograder.check import add_arguments as add_check_arguments
-from autograder.check import positive_int
+from autograder.student.check import add_arguments as add_check_arguments
+from autograder.student.check import positive_int
 
 NBGRADER_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader's Exchange.root (tests/test_grader_exchange.py)
 
@@ -226,7 +226,7 @@ def _collect_command(arguments: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     if arguments.command == "release":
-        from autograder.release import release, stale
+        from autograder.authoring.release import release, stale
 
         assignments = tuple(arguments.assignments) or ASSIGNMENTS
         unknown = [assignment for assignment in assignments if assignment not in ASSIGNMENTS]
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {written} in {arguments.out}; the gradebook is {gradebook}")
         return 0
     if arguments.command == "publish":
-        from autograder.publish import publish
+        from autograder.authoring.publish import publish
 
         try:
             written = publish(arguments.out)
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         return _collect_command(arguments)
     if arguments.command in ("formgrader", "feedback", "course"):
         return _instructor_command(arguments)
-    from autograder.check import check
+    from autograder.student.check import check
 
     return check(arguments.notebook, timeout=arguments.timeout)
 
@@ -331,7 +331,7 @@ def _instructor_command(arguments: argparse.Namespace) -> int:
     """``formgrader``, ``feedback`` and ``course``: the folder an instructor grades in by hand."""
     try:
         if arguments.command == "formgrader":
-            from autograder.formgrader import serve
+            from autograder.formgrader.server import serve
 
             return serve(
                 arguments.out, ip=arguments.ip, port=arguments.port, open_browser=not arguments.no_browser

@@ -38,7 +38,7 @@ import nbformat
 
 from autograder import ASSIGNMENTS, source_notebook
 from autograder.course import TemporaryCourse, run_app
-from autograder.kernels import kernel_environment_set
+from autograder.student.kernels import kernel_environment_set
 
 SOLUTION_LINES = ("### BEGIN SOLUTION", "### END SOLUTION")
 

@@ -8,8 +8,8 @@ Tools: nbgrader runs the ``alembic`` executable when it creates a gradebook, so 
 (the virtual environment's ``bin``) is put first on ``PATH``.
 
 Kernels: a notebook's kernel is the Python that runs this command, started through the sandbox's launcher
-(:func:`write_kernelspec`), with the kernelspec and environment of :mod:`autograder.kernels`: the repository is
-on the kernel's ``PYTHONPATH``, since the hidden tests import :mod:`autograder.answers`, and chapters that build
+(:func:`write_kernelspec`), with the kernelspec and environment of :mod:`autograder.student.kernels`: the repository is
+on the kernel's ``PYTHONPATH``, since the hidden tests import :mod:`autograder.student.answers`, and chapters that build
 on ``posenc_ref`` import it even where the package is not installed.
 """
 
@@ -19,9 +19,10 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from autograder import CONFIG_FILE, REPOSITORY, kernels, source_notebook
+from autograder import CONFIG_FILE, REPOSITORY, source_notebook
 from autograder.gradebook import stamp_if_new
-from autograder.kernels import kernel_environment_set
+from autograder.student import kernels
+from autograder.student.kernels import kernel_environment_set
 
 # The grader's kernels start through the sandbox's launcher, which runs a plain ipykernel when no grader asked
 # for a sandbox (autograder.sandbox.launcher.main).

@@ -66,7 +66,7 @@ def write_course_files(folder: Path, root: Path, db_url: str, assignments: Itera
 def start_course(out: Path, assignments: Iterable[str] = ASSIGNMENTS) -> list[Path]:
     """``python -m autograder course --out DIR``: the configuration, ``source/`` and ``release/`` of a course
     directory whose gradebook will be ``DIR/gradebook.db``; returns the released notebooks written."""
-    from autograder.release import generate
+    from autograder.authoring.release import generate
 
     out = Path(out).resolve()
     assignments = tuple(assignments)

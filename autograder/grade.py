@@ -2,7 +2,7 @@
 
 PATH is a folder of ``<student>/<assignment>/<notebook>.ipynb`` or a zip of one. For every submission:
 
-1. :mod:`autograder.intake.sanitize` compares it with the released notebook (generated from ``source/`` in a
+1. :mod:`autograder.student.sanitize` compares it with the released notebook (generated from ``source/`` in a
    temporary course, never read from ``notebooks/``); a file that cannot be graded gets 0 for every item and
    a feedback page with the reason;
 2. a worker process grades it with nbgrader (autograde, then generate_feedback) in a course directory of
@@ -77,14 +77,14 @@ from autograder.gradebook import (
     submitted_timestamp,
     with_hand_grades,
 )
-from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
-from autograder.progress import item_labels
 from autograder.records import Records, record_key
 from autograder.sandbox import cgroups
 from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import Limits, bwrap_problem
+from autograder.student.progress import item_labels
+from autograder.student.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
 from autograder.variants import enabled_in_config
 from autograder.verdicts.template import harden_gradebook, quiet_explorers
@@ -291,7 +291,7 @@ def grade(
         max_class_mb: the most MB of the class's files the grader copies for a batch (its ``received/``
             folder, in the temporary folder), default 2048; a file that would pass it, or leave the
             temporary folder with less than 256 MB free, is not copied and its submission gets 0 with the
-            reason (:mod:`autograder.intake.received`).
+            reason (:mod:`autograder.student.received`).
 
     Returns:
         One result per student and assignment, sorted by assignment then student.

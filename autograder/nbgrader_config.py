@@ -10,7 +10,7 @@ c.CourseDirectory.course_id = "posenc"
 
 # What a student sees in place of a solution. The code stub is a comment, so that an unanswered item leaves its
 # names undefined and the notebook still runs to its end; its test cell then says "not answered yet" while the
-# student works, and fails when graded (autograder/progress.py), so that the item scores 0.
+# student works, and fails when graded (autograder/student/progress.py), so that the item scores 0.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 

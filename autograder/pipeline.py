@@ -3,7 +3,7 @@
 :func:`grade_task` is the one code path that grades a submission, whichever executor runs it. The worker
 never reads what the student sent: it starts the grading stage (:mod:`autograder.sandbox.stage`) in a
 sandbox of its own, in the kernel's control group when the machine has them, hands it the task and the
-path of the student's notebook, and takes back one bounded JSON answer, which :mod:`autograder.crossing`
+path of the student's notebook, and takes back one bounded JSON answer, which :mod:`autograder.sandbox.crossing`
 checks before it becomes a :class:`autograder.types.Result` and files:
 
 - the feedback page: the Content-Security-Policy first (:mod:`autograder.feedback.escape`), whatever the
@@ -31,11 +31,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.crossing import AnswerError, read_answer
 from autograder.feedback.escape import report_text
 from autograder.feedback.pages import add_notes, ungraded_page
-from autograder.grading_stage import StageRequest
 from autograder.sandbox import cgroups
+from autograder.sandbox.crossing import AnswerError, read_answer
+from autograder.sandbox.grading_stage import StageRequest
 from autograder.sandbox.stage import (
     HOME,
     ROOT,

@@ -16,7 +16,7 @@ def garbage_collected_before_each_module():
     Python 3.11 formatting a traceback parses source with ``ast``: when the collector happens to run inside
     another ``ast.parse`` (the modules that read code with ``ast`` parse thousands of files), that parse fails
     with "AST constructor recursion depth mismatch". Collecting here runs such finalizers between modules.
-    (The course's own runs use :func:`autograder.kernels.execute_in_own_loop`, which leaves nothing behind.)
+    (The course's own runs use :func:`autograder.student.kernels.execute_in_own_loop`, which leaves nothing behind.)
     """
     gc.collect()
     yield

@@ -23,7 +23,7 @@ import pytest
 from test_book_gives_no_answer import page_text
 
 from autograder import ASSIGNMENTS, source_notebook
-from autograder.progress import item_labels
+from autograder.student.progress import item_labels
 from autograder.variants import constants_source, parameters_for, variant_of_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_most_auto_graded_points_have_an_answer_of_each_student_s_own(assignment
 
 
 def test_the_records_stay_with_the_instructor():
-    from autograder.publish import edition_files
+    from autograder.authoring.publish import edition_files
 
     sources = {path.resolve() for path in edition_files().values()}
     assert RECORDS.is_dir()

@@ -114,7 +114,7 @@ def flat_numbers(value) -> list[float]:
     if isinstance(value, bool):
         return []
     if isinstance(value, str):
-        from autograder.answers import AnswerError, parse_expression
+        from autograder.student.answers import AnswerError, parse_expression
 
         try:
             return [float(parse_expression(value))]
@@ -190,7 +190,7 @@ def written_in_the_test(hidden: str) -> list[float]:
 
 def expected_sets(assignment: str, grade_id: str) -> list[tuple[str, list[float]]]:
     """The distinctive expected numbers of a test cell, one list per answer key or student and constant."""
-    from autograder.parameters import draw
+    from autograder.student.parameters import draw
     from autograder.variants import variants_of
 
     variant = next((one for one in variants_of(assignment) if one.test_cell == grade_id), None)

@@ -24,8 +24,8 @@ import test_book as book  # tests/ is on sys.path: pytest imports the test modul
 import yaml
 
 from autograder import ASSIGNMENTS, RELEASED_DIRECTORY
-from autograder.publish import edition_files
-from autograder.release import COLAB_CELL_ID
+from autograder.authoring.publish import edition_files
+from autograder.authoring.release import COLAB_CELL_ID
 
 ROOT = book.ROOT
 # book/_ext is not a package: the extension is imported from its folder, as Sphinx imports it.
@@ -200,7 +200,7 @@ def test_the_first_code_cell_of_every_student_notebook_is_the_plain_colab_cell()
         assert cell.get("id") == COLAB_CELL_ID, assignment
         assert "nbgrader" not in cell.metadata, f"{assignment}: the Colab cell must not be an nbgrader cell"
         assert f'"posenc-ref @ git+{REPOSITORY_URL}@{BRANCH}"' in cell.source, cell.source
-        # The grader notes cells that name these (autograder/intake/sanitize.py); this one must not be noted.
+        # The grader notes cells that name these (autograder/student/sanitize.py); this one must not be noted.
         assert not any(name in cell.source for name in ("autograder", "sys.modules", "builtins")), cell.source
 
 

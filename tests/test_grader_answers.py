@@ -1,4 +1,4 @@
-"""Tests for autograder.answers: answers become plain values, and nothing that overrides comparison passes.
+"""Tests for autograder.student.answers: answers become plain values, and nothing that overrides comparison passes.
 
 The hidden tests of the course call these functions on whatever a student's notebook holds; the expected
 values here are written by hand (or are exact identities of sympy), never computed by the module under test.
@@ -16,8 +16,8 @@ import pytest
 import sympy
 import torch
 
-from autograder import answers as answers_module
-from autograder.answers import (
+from autograder.student import answers as answers_module
+from autograder.student.answers import (
     AnswerError,
     as_bool,
     as_choice,

@@ -3,7 +3,7 @@ output is about the notebook, its last line is the one the guide quotes, and eve
 notebook does ("2.2", "Quiz 1"), not by nbgrader's cell id. The kernel talks to the command over Unix sockets in a
 private folder, so nothing (no warning about unencrypted TCP, no kernel left behind) reaches the student's terminal.
 
-The names come from the notebook itself (:func:`autograder.progress.item_labels`); here they are compared with
+The names come from the notebook itself (:func:`autograder.student.progress.item_labels`); here they are compared with
 another place of the same notebook, the items its last cell lists (``print_status("2.1", ...)``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from planted import ROOT, run_module
 
 from autograder import ASSIGNMENTS, released_notebook
-from autograder.progress import item_labels
+from autograder.student.progress import item_labels
 
 GUIDE = ROOT / "book" / "guide_students.md"
 COMMAND = "python -m autograder check notebooks/02_sinusoidal.ipynb"

@@ -20,11 +20,11 @@ import nbformat
 import pytest
 
 from autograder import ASSIGNMENTS, REPOSITORY, released_notebook, source_notebook
+from autograder.authoring.release import COLAB_CELL_ID
 from autograder.course import TemporaryCourse, write_kernelspec
-from autograder.intake.sanitize import prepare, read_notebook
 from autograder.intake.submissions import collect
-from autograder.kernels import kernel_environment
-from autograder.release import COLAB_CELL_ID
+from autograder.student.kernels import kernel_environment
+from autograder.student.sanitize import prepare, read_notebook
 from autograder.verdicts.template import harden_gradebook
 from autograder.verdicts.verdict import CHECKS, SECRET_PREFIXES, Split, hidden_section, reporter_source
 
@@ -111,7 +111,7 @@ def test_every_test_cell_has_hidden_tests_that_import_nothing_the_answers_come_f
                 f"{meta['grade_id']}: an expected value must not come from posenc_ref"
             )
             imports = re.findall(r"^(?:from|import) (\S+)", hidden, flags=re.MULTILINE)
-            assert set(imports) <= {"autograder.answers"}, f"{meta['grade_id']} imports {imports}"
+            assert set(imports) <= {"autograder.student.answers"}, f"{meta['grade_id']} imports {imports}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -273,12 +273,12 @@ def test_released_notebooks_hold_no_solution_hidden_test_or_mark_scheme(releases
         "BEGIN HIDDEN TESTS",
         "Mark scheme",
         "Model answer",
-        "autograder.answers",
+        "autograder.student.answers",
     ):
         assert secret not in text
     for cell in releases[assignment].cells:
         meta = nbgrader(cell)
-        if cell.get("id") == COLAB_CELL_ID:  # outside nbgrader (autograder/release.py), read-only in JupyterLab
+        if cell.get("id") == COLAB_CELL_ID:  # outside nbgrader (autograder/authoring/release.py), read-only in JupyterLab
             assert not meta and cell.metadata["editable"] is False and cell.metadata["deletable"] is False
             continue
         if meta.get("solution"):
@@ -330,7 +330,7 @@ def test_a_zip_is_read_for_notebooks_only_and_never_outside_its_folder(tmp_path)
     archive = tmp_path / "class.zip"
     with zipfile.ZipFile(archive, "w") as bundle:
         bundle.writestr("submitted/ada/04_relative/04_relative.ipynb", "{}")
-        bundle.writestr("submitted/ada/04_relative/autograder/answers.py", "print('shadow')")
+        bundle.writestr("submitted/ada/04_relative/autograder/student/answers.py", "print('shadow')")
         bundle.writestr("../escape.ipynb", "{}")
         bundle.writestr("/absolute.ipynb", "{}")
     received = tmp_path / "received"
@@ -403,7 +403,7 @@ def test_code_that_reaches_for_the_grader_is_flagged_for_an_instructor(tmp_path)
     submission = json.loads(json.dumps(released))
     answer = next(c for c in submission["cells"] if nbgrader(c).get("grade_id") == "bias_answer")
     answer["source"] = (
-        "import sys\nsys.modules['autograder.answers'] = None\nrelative_bias_weights = [0, 0, 0]"
+        "import sys\nsys.modules['autograder.student.answers'] = None\nrelative_bias_weights = [0, 0, 0]"
     )
     path = tmp_path / "04_relative.ipynb"
     path.write_text(json.dumps(submission))

@@ -31,7 +31,7 @@ def test_the_formgrader_server_runs_under_the_stages_memory_and_file_size_limits
     import subprocess
     import sys
 
-    from autograder.formgrader import server_limits
+    from autograder.formgrader.server import server_limits
 
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_FSIZE))"
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,

@@ -322,7 +322,7 @@ def _check_policy(response) -> None:
     sources = _script_src(policy)
     assert sources[0] == "'self'", (response.url, policy)
     assert "'unsafe-inline'" not in sources, (response.url, policy)
-    # JupyterLab's page needs eval (autograder/formgrader_csp.py); no other page gets it.
+    # JupyterLab's page needs eval (autograder/formgrader/csp.py); no other page gets it.
     jupyterlab = response.url.split("?")[0].split("/", 3)[3].split("/")[0] == "lab"
     assert ("'unsafe-eval'" in sources) == jupyterlab, (response.url, policy)
     keywords = ("'self'", "'report-sample'", "'unsafe-hashes'", "'unsafe-eval'")

@@ -1,4 +1,4 @@
-"""The formgrader's server is locked down without a browser (autograder.formgrader, autograder.formgrader_csp):
+"""The formgrader's server is locked down without a browser (autograder.formgrader.server, autograder.formgrader.csp):
 terminals off, the policy extension enabled, and the policy allows exactly the templates' inline scripts.
 
 nbgrader's own Jinja templates are rendered here as its handlers render them, and the hashes are computed here
@@ -14,8 +14,8 @@ import nbgrader
 import pytest
 from jinja2 import Environment, FileSystemLoader
 
-from autograder.formgrader import jupyterlab_command
-from autograder.formgrader_csp import InlineScripts, _templates, content_security_policy
+from autograder.formgrader.csp import InlineScripts, _templates, content_security_policy
+from autograder.formgrader.server import jupyterlab_command
 
 TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 
@@ -36,7 +36,7 @@ def _render(name: str, **values) -> str:
 def test_jupyterlab_runs_without_terminals_and_with_the_policy_and_refusal_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
-    extensions = "{'autograder.formgrader_csp': True, 'autograder.formgrader_refusals': True}"
+    extensions = "{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True}"
     assert f"--ServerApp.jpserver_extensions={extensions}" in command
 
 
@@ -83,7 +83,7 @@ def _transformed(path: str, content_type: str, handler_policy: str = "frame-ance
 
     from tornado.httputil import HTTPHeaders
 
-    from autograder.formgrader_csp import ScriptPolicy
+    from autograder.formgrader.csp import ScriptPolicy
 
     headers = HTTPHeaders({"Content-Type": content_type, "Content-Security-Policy": handler_policy})
     _, headers, _ = ScriptPolicy(SimpleNamespace(path=path)).transform_first_chunk(200, headers, b"<p>", True)
@@ -141,7 +141,7 @@ def test_every_route_of_nbgraders_formgrader_api_that_grades_writes_feedback_or_
 
     from nbgrader.server_extensions.formgrader.apihandlers import default_handlers
 
-    from autograder.formgrader_refusals import REFUSED_API_CALLS, ROUTES
+    from autograder.formgrader.refusals import REFUSED_API_CALLS, ROUTES
 
     calling = {
         route: method

@@ -1,6 +1,6 @@
 """From a class's folder or zip to the notebooks that get graded: exact paths, archives that fight back, file
 names and text that are not valid Unicode, and a batch whose failure deletes nothing (autograder.intake.submissions,
-autograder.intake.sanitize, autograder.grade). No kernel runs here but where a test says so."""
+autograder.student.sanitize, autograder.grade). No kernel runs here but where a test says so."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from autograder import grade as grade_module
 from autograder.grade import grade
-from autograder.intake.sanitize import prepare
 from autograder.intake.submissions import collect
+from autograder.student.sanitize import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")

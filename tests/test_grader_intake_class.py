@@ -1,5 +1,5 @@
-"""The class folder cannot make the intake read another file or stop the batch (autograder.intake.safe_files,
-autograder.intake.received, collect).
+"""The class folder cannot make the intake read another file or stop the batch (autograder.student.safe_files,
+autograder.student.received, collect).
 
 A notebook with a second name (a hard link to another student's notebook or to the released sources) is
 refused like a symbolic link; a folder on another file system (a mount point) is not entered; the copies into
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.intake import received as received_module
 from autograder.intake.submissions import collect
+from autograder.student import received as received_module
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal")
@@ -204,7 +204,7 @@ def _run_with_small_disk(tmp_path: Path, disk_bytes: int, python: str) -> dict:
     script = textwrap.dedent(
         f"""
         import json, pathlib
-        from autograder.intake import received as received_module
+        from autograder.student import received as received_module
         from autograder.intake.submissions import collect
         {python}
         collection = collect(pathlib.Path({str(tmp_path / "class")!r}), {ASSIGNMENTS!r}, pathlib.Path({str(received / "received")!r}))

@@ -1,4 +1,4 @@
-"""The intake never follows a link nor reads an endless file (autograder.intake.safe_files, collect, read_notebook).
+"""The intake never follows a link nor reads an endless file (autograder.student.safe_files, collect, read_notebook).
 
 A student's notebook, student folder or assignment folder that is a symbolic link (to the released sources,
 to another student's work, to ``/proc/kmsg``), a named pipe, a device, a folder or a file over the size cap is
@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from autograder.course_directory import copy_exchange_files
 from autograder.grade import _record_key
-from autograder.intake import safe_files
-from autograder.intake.safe_files import Folder, Refused
-from autograder.intake.sanitize import read_notebook
 from autograder.intake.submissions import collect
+from autograder.student import safe_files
+from autograder.student.safe_files import Folder, Refused
+from autograder.student.sanitize import read_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planted import ROOT
 
-from autograder.intake.sanitize import prepare
 from autograder.intake.submissions import collect
+from autograder.student.sanitize import prepare
 
 ASSIGNMENT = "01_permutation"
 RELEASED = nbformat.read(ROOT / "notebooks" / f"{ASSIGNMENT}.ipynb", as_version=4)

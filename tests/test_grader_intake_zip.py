@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from planted import ROOT, command_environment, sandbox_missing
 
-from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.intake.submissions import collect
+from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal")
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'

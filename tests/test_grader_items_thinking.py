@@ -226,7 +226,7 @@ ALPHA = MARGIN = FLOOR = 0.05
 
 def seeds_tables() -> tuple[dict, ...]:
     """The allowed tables of 6.3 (the student's side of the item), the one answer key's first."""
-    from autograder.parameters import varied_item
+    from autograder.student.parameters import varied_item
 
     return varied_item("06_comparison", "6.3").choices["table"]
 
@@ -748,7 +748,7 @@ def test_the_quiz_answers_of_chapter_6_follow_from_the_formulas():
 
 def three_seeds_tables() -> tuple[dict, ...]:
     """The allowed tables of 6.5 (the student's side of the item), the one answer key's first."""
-    from autograder.parameters import varied_item
+    from autograder.student.parameters import varied_item
 
     return varied_item("06_comparison", "6.5").choices["table"]
 

@@ -1,4 +1,4 @@
-"""A notebook run leaves nothing behind on an event loop: :func:`autograder.kernels.execute_in_own_loop`.
+"""A notebook run leaves nothing behind on an event loop: :func:`autograder.student.kernels.execute_in_own_loop`.
 
 nbclient's own ``execute`` keeps one event loop for the thread. When handling a cell's output raises, the
 kernel-alive poll of that run stays on the loop, fails during the next run (its client is gone) and is logged as
@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.kernels import execute_in_own_loop
+from autograder.student.kernels import execute_in_own_loop
 
 
 class _FailingOutputHandler(NotebookClient):

@@ -38,8 +38,8 @@ NO_BWRAP = sandbox_missing()
 needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap cannot run here: {NO_BWRAP}")
 
 # What the notebooks import, written out here (not taken from kernel_view), and what they must not.
-STUDENT_MODULES = ("autograder", "autograder.progress", "autograder.answers", "autograder.parameters",
-                   "autograder.submitted_tables", "posenc_ref")
+STUDENT_MODULES = ("autograder", "autograder.student.progress", "autograder.student.answers", "autograder.student.parameters",
+                   "autograder.student.submitted_tables", "posenc_ref")
 GRADER_MODULES = ("autograder.variants", "autograder.variants.sinusoidal", "autograder.variants.registry",
                   "autograder.grade", "autograder.verdicts.verdict", "autograder.pipeline", "autograder.course",
                   "autograder.sandbox.launcher", "autograder.source")
@@ -127,13 +127,12 @@ def test_the_repository_is_not_in_the_kernels_file_system(tmp_path, built_view):
 def test_the_kernel_cannot_write_into_its_view(tmp_path, built_view):
     code = (
         "import json, os\nwrote = []\n"
-        f"for path in ({MOUNT!r} + '/pwned', {MOUNT!r} + '/autograder/pwned', {MOUNT!r} + '/autograder/answers.py'):\n"
+        f"for path in ({MOUNT!r} + '/pwned', {MOUNT!r} + '/autograder/pwned', {MOUNT!r} + '/autograder/student/answers.py'):\n"
         "    try:\n        open(path, 'a').close()\n        wrote.append(path)\n    except OSError:\n        pass\n"
         "print(json.dumps(wrote))\n"
     )
     assert _run_sandboxed(_settings(tmp_path, built_view), code) == []
-    assert sorted(path.name for path in (built_view / "autograder").iterdir()) == sorted(
-        Path(name).name for name in STUDENT_FILES)
+    assert sorted(path.name for path in (built_view / "autograder").iterdir()) == ["__init__.py", "student"]
 
 
 # ------------------------------------------------------------------------------------ the view's files
@@ -183,10 +182,11 @@ def test_no_file_of_the_view_says_which_bug_a_submission_of_2_6_has(built_view):
 def test_the_view_is_the_allowlist_and_nothing_else(built_view):
     copied = sorted(path.relative_to(built_view).as_posix() for path in built_view.rglob("*") if path.is_file())
     assert copied == sorted(view_files())
+    # The student's side, as the design names it: the package's paths and names, and the folder student/ whole.
     assert sorted(name for name in copied if name.startswith("autograder/")) == [
-        "autograder/__init__.py", "autograder/answers.py", "autograder/parameters.py", "autograder/progress.py",
-        "autograder/submitted_tables.py",
-    ]
+        "autograder/__init__.py", *(f"autograder/student/{name}.py" for name in (
+            "__init__", "answers", "check", "kernels", "parameters", "progress", "received", "safe_files",
+            "sanitize", "submitted_tables"))]
     assert {name.split("/")[0] for name in copied} == {"autograder", "posenc_ref"}
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in copied)
     for name in copied:
@@ -202,14 +202,20 @@ def _imported_modules(path: Path) -> set[str]:
     return {name for name in imported_names(path, REPOSITORY) if is_module(name, REPOSITORY)}
 
 
-STUDENT_SIDE = {"autograder", "autograder.progress", "autograder.answers", "autograder.parameters",
-                "autograder.submitted_tables"}
+STUDENT_FOLDER = REPOSITORY / "autograder" / "student"
+
+
+def _on_the_students_side(module: str) -> bool:
+    return module in ("autograder", "autograder.student") or module.startswith("autograder.student.")
 
 
 def test_no_module_of_the_students_side_imports_the_graders():
-    for path in [REPOSITORY / name for name in STUDENT_FILES]:
+    student_modules = [REPOSITORY / name for name in STUDENT_FILES] + sorted(STUDENT_FOLDER.rglob("*.py"))
+    assert len(student_modules) >= 10  # __init__ twice, progress, answers, parameters, check, kernels, ...
+    for path in student_modules:
         imported = {name for name in _imported_modules(path) if name.split(".")[0] == "autograder"}
-        assert imported <= STUDENT_SIDE, (path.name, sorted(imported - STUDENT_SIDE))
+        outside = sorted(name for name in imported if not _on_the_students_side(name))
+        assert not outside, (path.name, outside)
     for path in sorted((REPOSITORY / "posenc_ref").rglob("*.py")):
         assert not any(name.split(".")[0] == "autograder" for name in _imported_modules(path)), path
 
@@ -217,14 +223,14 @@ def test_no_module_of_the_students_side_imports_the_graders():
 def test_the_search_for_imports_sees_the_graders_modules():
     # A module of the grader's side imports both sides, and both are seen: a student's module that did so would fail.
     imported = _imported_modules(REPOSITORY / "autograder" / "variants" / "__init__.py")
-    assert {"autograder.parameters", "autograder.variants.registry"} <= imported
+    assert {"autograder.student.parameters", "autograder.variants.registry"} <= imported
     assert "autograder.variants" in _imported_modules(REPOSITORY / "autograder" / "variants" / "sinusoidal.py")
-    assert not imported <= STUDENT_SIDE
+    assert not all(_on_the_students_side(name) for name in imported)
 
 
 def test_the_students_side_and_the_graders_name_the_same_varied_items():
-    from autograder.parameters import varied_items
-    from autograder.submitted_tables import SUBMITTED
+    from autograder.student.parameters import varied_items
+    from autograder.student.submitted_tables import SUBMITTED
     from autograder.variants.sinusoidal import BUGS, SUBMISSIONS
 
     for assignment in ASSIGNMENTS:

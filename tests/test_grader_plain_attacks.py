@@ -27,8 +27,8 @@ from planted import write_submission
 from redteam import ASSIGNMENT, ATTACKS, attack_notebook, released
 
 from autograder.course import NbgraderError, TemporaryCourse, run_app
-from autograder.kernels import kernel_environment_set
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE
+from autograder.student.kernels import kernel_environment_set
 
 pytestmark = [
     pytest.mark.slow,
@@ -87,7 +87,7 @@ GAINING_CELLS = {
 # - hide_errors swallows the error output, but ipykernel still replies with status "error", and nbgrader's
 #   Execute.on_cell_executed then appends an error output of its own;
 # - patch_torch_and_numpy defines a self_attention that returns zeros and patches Tensor.tolist; the hidden
-#   tests read the tensor through autograder.answers, get the forged [[1.1, 1.7]] * 3 and compare it with
+#   tests read the tensor through autograder.student.answers, get the forged [[1.1, 1.7]] * 3 and compare it with
 #   the expected values (1.1 is not 1.09953... within 1e-5) and shapes ((3, 2) is not (4, 3));
 # - patch_json_and_display replaces json.dumps, with which jupyter_client packs every message the kernel
 #   sends: the replies carry no msg_id, nbgrader fails on that notebook and records the submission with 0.

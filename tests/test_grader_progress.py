@@ -1,4 +1,4 @@
-"""Feedback while working (autograder.progress): one line per visible test, unanswered items that do not stop
+"""Feedback while working (autograder.student.progress): one line per visible test, unanswered items that do not stop
 the notebook, and the list of every item's status in each notebook's last cell.
 
 The helpers are tested here in this process (no kernel); the notebooks' use of them is read from the sources;
@@ -17,10 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import ASSIGNMENTS, progress, released_notebook, source_notebook
+from autograder import ASSIGNMENTS, released_notebook, source_notebook
 from autograder.course import write_kernelspec
-from autograder.kernels import KERNEL_NAME, execute_in_own_loop, kernel_environment_set
-from autograder.progress import NotAnswered, print_status, visible_test
+from autograder.student import progress
+from autograder.student.kernels import KERNEL_NAME, execute_in_own_loop, kernel_environment_set
+from autograder.student.progress import NotAnswered, print_status, visible_test
 
 
 @pytest.fixture(autouse=True)

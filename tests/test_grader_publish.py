@@ -25,24 +25,24 @@ from two_sides import (
     written_answer_needles,
 )
 
-from autograder.publish import publish
+from autograder.authoring.publish import publish
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ("01_permutation", "02_sinusoidal", "03_learned", "04_relative", "05_rope", "06_comparison")
-# Written out here, not taken from autograder.publish; posenc_ref's Python files are added below.
+# Written out here, not taken from autograder.authoring.publish; posenc_ref's Python files are added below.
 ALLOWLIST = {
     ".binder/requirements.txt", ".binder/runtime.txt", ".gitignore", "README.md", "pyproject.toml",
     "requirements.txt",
     *(f"notebooks/{assignment}.ipynb" for assignment in ASSIGNMENTS),
-    "autograder/__init__.py", "autograder/__main__.py", "autograder/answers.py", "autograder/check.py",
-    "autograder/kernels.py", "autograder/nbgrader_config.py", "autograder/parameters.py", "autograder/progress.py",
-    "autograder/submitted_tables.py", "autograder/intake/__init__.py", "autograder/intake/safe_files.py",
-    "autograder/intake/received.py",
-    "autograder/intake/sanitize.py",
+    "autograder/__init__.py", "autograder/__main__.py", "autograder/student/answers.py", "autograder/student/check.py",
+    "autograder/student/kernels.py", "autograder/nbgrader_config.py", "autograder/student/parameters.py", "autograder/student/progress.py",
+    "autograder/student/submitted_tables.py", "autograder/intake/__init__.py", "autograder/student/safe_files.py",
+    "autograder/student/received.py",
+    "autograder/student/sanitize.py",
 }
 GRADERS_SIDE = ("autograder.variants", "autograder.verdicts", "autograder.grade", "autograder.pipeline",
-                "autograder.grading_stage", "autograder.source", "autograder.course", "autograder.gradebook",
-                "autograder.sandbox", "autograder.release", "autograder.publish", "autograder.records")
+                "autograder.sandbox.grading_stage", "autograder.source", "autograder.course", "autograder.gradebook",
+                "autograder.sandbox", "autograder.authoring.release", "autograder.authoring.publish", "autograder.records")
 FIRST_PARTY = ("autograder", "posenc_ref")
 
 
@@ -167,7 +167,7 @@ def _answer_maps(source: str, where: str, numbers: set[int]) -> list[str]:
 
 def _edition_answer_maps(edition: Path) -> list[str]:
     """:func:`_answer_maps` over the edition's Python files under ``autograder/`` and its notebooks' code cells."""
-    from autograder.parameters import varied_item
+    from autograder.student.parameters import varied_item
 
     numbers = set(varied_item("02_sinusoidal", "2.6").choices["submission"])
     found = []
@@ -192,7 +192,7 @@ def edition_by_command(tmp_path_factory) -> Path:
 
 
 def test_the_edition_maps_no_submission_to_a_bug(edition_by_command):
-    assert (edition_by_command / "autograder" / "submitted_tables.py").is_file()  # the submissions are there
+    assert (edition_by_command / "autograder" / "student" / "submitted_tables.py").is_file()  # the submissions are there
     assert _edition_answer_maps(edition_by_command) == []
 
 
@@ -212,13 +212,13 @@ def test_the_edition_maps_no_submission_to_a_bug(edition_by_command):
 ])
 def test_the_search_for_answer_maps_finds_them(tmp_path, edition_by_command, planted):
     planted_edition = tmp_path / "edition"
-    for relative in ("autograder/parameters.py", "autograder/submitted_tables.py"):
+    for relative in ("autograder/student/parameters.py", "autograder/student/submitted_tables.py"):
         (planted_edition / relative).parent.mkdir(parents=True, exist_ok=True)
         (planted_edition / relative).write_bytes((edition_by_command / relative).read_bytes())
     (planted_edition / "notebooks").mkdir()
     assert _edition_answer_maps(planted_edition) == []
-    (planted_edition / "autograder" / "submitted_tables.py").write_text(
-        (edition_by_command / "autograder" / "submitted_tables.py").read_text(encoding="utf-8") + "\n" + planted,
+    (planted_edition / "autograder" / "student" / "submitted_tables.py").write_text(
+        (edition_by_command / "autograder" / "student" / "submitted_tables.py").read_text(encoding="utf-8") + "\n" + planted,
         encoding="utf-8")
     assert _edition_answer_maps(planted_edition) != []
 
@@ -305,10 +305,10 @@ def test_the_command_refuses_a_folder_that_is_not_empty(tmp_path):
 # ------------------------------------------------------------------------------------ check, on its own
 
 PROBE_CELL = """import json, sys
-import autograder.progress, posenc_ref
+import autograder.student.progress, posenc_ref
 finders = [getattr(finder, "__module__", "") or getattr(finder, "__name__", "") for finder in sys.meta_path]
 with open("where.json", "w") as file:
-    json.dump({"autograder": autograder.progress.__file__, "posenc_ref": posenc_ref.__file__, "finders": finders}, file)
+    json.dump({"autograder": autograder.student.progress.__file__, "posenc_ref": posenc_ref.__file__, "finders": finders}, file)
 """
 PROBE = """import autograder, json, sys
 finders = [getattr(finder, "__module__", "") or getattr(finder, "__name__", "") for finder in sys.meta_path]

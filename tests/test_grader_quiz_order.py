@@ -17,8 +17,15 @@ import pytest
 from item_grading import hidden_constants
 
 from autograder import ASSIGNMENTS, released_notebook, source_notebook
-from autograder.parameters import QUIZ_ORDERS, QUIZZES, draw, parameters_for, varied_item, your_parameters
-from autograder.progress import item_labels
+from autograder.student.parameters import (
+    QUIZ_ORDERS,
+    QUIZZES,
+    draw,
+    parameters_for,
+    varied_item,
+    your_parameters,
+)
+from autograder.student.progress import item_labels
 from autograder.variants import variants_of
 
 STUDENTS = [f"student{number:03d}" for number in range(240)]

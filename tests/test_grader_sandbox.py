@@ -76,7 +76,7 @@ def test_the_kernel_environment_is_an_allowlist(tmp_path):
     assert set(environment) <= ALLOWED_ENVIRONMENT
     assert "hunter2" not in json.dumps(environment) and "/somewhere/else" not in environment["PATH"]
     assert environment["OPENBLAS_CORETYPE"] == "Haswell"  # kept: numerics on some processors depend on it
-    assert environment["AUTOGRADER_GRADING"] == "1"  # unanswered items fail their test cells (autograder.progress)
+    assert environment["AUTOGRADER_GRADING"] == "1"  # unanswered items fail their test cells (autograder.student.progress)
     assert (environment["AUTOGRADER_STUDENT_ID"], environment["AUTOGRADER_VARIANTS"]) == ("", "1")
     named = kernel_environment(_settings(tmp_path, student="ana", variants=False), parent)
     assert (named["AUTOGRADER_STUDENT_ID"], named["AUTOGRADER_VARIANTS"]) == ("ana", "0")

@@ -1,4 +1,4 @@
-"""The grading stage (autograder/sandbox/stage.py) and what crosses back from it (autograder/crossing.py).
+"""The grading stage (autograder/sandbox/stage.py) and what crosses back from it (autograder/sandbox/crossing.py).
 
 The stage is where a student's bytes are read; these tests run its sandbox for real (bwrap), with a small
 script in place of the grading, and check what it promises: the capped folders, no capability, a memory the
@@ -21,9 +21,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from autograder import crossing
-from autograder.crossing import AnswerError, check_autograded, read_answer
-from autograder.sandbox import stage
+from autograder.sandbox import crossing, stage
+from autograder.sandbox.crossing import AnswerError, check_autograded, read_answer
 from autograder.sandbox.launcher import Limits, bwrap_problem
 from autograder.sandbox.stage import bwrap_stage_argv, run_stage, stage_environment
 from autograder.types import LayoutItem

@@ -1,4 +1,4 @@
-"""Per-student variants (the draw in autograder/parameters.py, the expected values in autograder/variants/): the
+"""Per-student variants (the draw in autograder/student/parameters.py, the expected values in autograder/variants/): the
 draw, the notebook's "your parameters", chapter 2's expected values against derivations written here, and a
 class graded end to end where answers pass between students."""
 
@@ -20,10 +20,10 @@ from item_grading import adam_l2_entry, hidden_constants, source_cells
 from nbclient import NotebookClient
 from planted import ROOT, filled, run_module, solutions
 
-import autograder.parameters as student_side
-from autograder.kernels import execute_in_own_loop
-from autograder.parameters import QUIZZES, declared_student_id, draw, parameters_for, your_parameters
-from autograder.submitted_tables import submitted_base, submitted_table
+import autograder.student.parameters as student_side
+from autograder.student.kernels import execute_in_own_loop
+from autograder.student.parameters import QUIZZES, declared_student_id, draw, parameters_for, your_parameters
+from autograder.student.submitted_tables import submitted_base, submitted_table
 from autograder.variants import variants_of
 from autograder.variants.sinusoidal import VARIANTS as SINUSOIDAL
 
@@ -336,7 +336,7 @@ def test_every_bug_has_two_submissions_at_two_bases_and_the_numbers_say_nothing(
 def test_the_shipped_tables_are_the_graders_tables_as_numbers_only():
     from autograder.variants.sinusoidal import submitted_tables_source
 
-    shipped = (ROOT / "autograder" / "submitted_tables.py").read_text(encoding="utf-8")
+    shipped = (ROOT / "autograder" / "student" / "submitted_tables.py").read_text(encoding="utf-8")
     assert shipped == submitted_tables_source()
     for word in ("swap", "halves", "exponent", "degrees", "shift", "bug =", "BUGS", "letter"):
         assert word not in shipped, word
@@ -436,7 +436,7 @@ def pool_maps() -> dict[str, object]:
 
 
 def test_every_map_of_the_pool_is_equivariant_exactly_when_the_grader_says_so():
-    from autograder.parameters import MAPS
+    from autograder.student.parameters import MAPS
     from autograder.variants.permutation import EQUIVARIANT
 
     maps = pool_maps()

@@ -24,13 +24,13 @@ from autograder.verdicts.verdict import decide, hidden_section, parse_reports, s
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "AUTOGRADER-REPORT-" + "0" * 32
 QUIZ = '''
-from autograder.answers import AnswerError, as_choice
+from autograder.student.answers import AnswerError, as_choice
 
 if as_choice(quiz, "quiz", "ABCD") != "B":
     raise AnswerError("quiz: not the best answer")
 '''
 VALUES = '''
-from autograder.answers import as_numbers, call, check_close
+from autograder.student.answers import as_numbers, call, check_close
 
 TOLERANCE = 0.005 + 1e-9
 INPUT = [1.0, 2.0]
@@ -39,21 +39,21 @@ values = as_numbers(call(halve, "halve", INPUT), "halve(INPUT)", 2)
 check_close(values, EXPECTED, atol=TOLERANCE, name="halve", mistakes=[("doubled instead", [2.0, 4.0])])
 '''
 EXPRESSIONS = '''
-from autograder.answers import check_expressions
+from autograder.student.answers import check_expressions
 
 EXPECTED = ["sin(2)", "sin(2*10000**(-1/3))"]
 check_expressions(pe, EXPECTED, name="PE(2)")
 '''
 # A check whose work the answer chooses: a stand-in for sympy that never ends, or a huge allocation.
 LOOP = '''
-from autograder.answers import AnswerError, as_integer
+from autograder.student.answers import AnswerError, as_integer
 
 for index in range(as_integer(count, "count")):
     if index < 0:
         raise AnswerError("count: a negative index")
 '''
 ALLOCATION = '''
-from autograder.answers import AnswerError, as_integer
+from autograder.student.answers import AnswerError, as_integer
 
 if len("x" * as_integer(size, "size")) != size:
     raise AnswerError("size: not the length asked for")
@@ -248,7 +248,7 @@ def test_a_long_message_of_the_child_crosses_back_cut_to_its_limit(small_limits)
 # ---------------------------------------------------------------------------------------------------------
 
 EXACT = '''
-from autograder.answers import AnswerError, as_integer, as_numbers, check_close
+from autograder.student.answers import AnswerError, as_integer, as_numbers, check_close
 
 EXPECTED = [0.75, 0.5, 0.841470984808]
 values = as_numbers(answer, "answer", 3)

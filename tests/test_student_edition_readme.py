@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.publish import publish
+from autograder.authoring.publish import publish
 
 BASH_BLOCK = re.compile(r"```bash\n(.*?)```", re.DOTALL)
 LAB = "jupyter lab notebooks/"

@@ -304,7 +304,7 @@ def assert_cells_display_widgets(sources: list[str], labels: list[str]) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    from autograder.kernels import execute_in_own_loop
+    from autograder.student.kernels import execute_in_own_loop
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]

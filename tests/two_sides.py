@@ -89,7 +89,7 @@ def holding(folder: Path, needles: set[str]) -> dict[str, list[str]]:
 
 def variant_needles(variant, students=("", "ana", "ben")) -> set[str]:
     """The expected values and mistakes of one varied item, for the one answer key and ``students``."""
-    from autograder.parameters import draw
+    from autograder.student.parameters import draw
 
     found: set[str] = set()
     for student in students:

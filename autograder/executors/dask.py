@@ -112,8 +112,8 @@ def grade_on_worker(course_key: str, task: Task, notebook: bytes) -> Shipped:
     The task's paths are the main process's: they are replaced by paths here.
     """
     from autograder.course import write_kernelspec
-    from autograder.kernels import kernel_environment
     from autograder.pipeline import grade_task
+    from autograder.student.kernels import kernel_environment
 
     template = _courses.get(course_key)
     if template is None:

@@ -9,8 +9,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.kernels import kernel_environment
 from autograder.pipeline import grade_task, write_ungraded
+from autograder.student.kernels import kernel_environment
 from autograder.types import Result, Task
 
 

@@ -108,7 +108,7 @@ def item_numbers(assignments: set[str]) -> Labels:
     import nbformat
 
     from autograder import source_notebook
-    from autograder.progress import item_labels
+    from autograder.student.progress import item_labels
 
     return {assignment: item_labels(nbformat.read(source_notebook(assignment), as_version=4).cells)
             for assignment in sorted(assignments)}

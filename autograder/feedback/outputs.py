@@ -17,7 +17,7 @@ few things a page needs, each checked for its type and size:
 - notebook metadata keeps the kernel's and the language's names, and names the lexer code is highlighted with:
   pygments' Python lexer, always (:data:`PYGMENTS_LEXER`), whose time grows with its input only;
 - cell metadata keeps nbgrader's fields with their scalar types, and the item each graded cell belongs to as
-  the notebook numbers it (``{"autograder": {"item": "4.2"}}``, :func:`autograder.progress.item_labels`), which
+  the notebook numbers it (``{"autograder": {"item": "4.2"}}``, :func:`autograder.student.progress.item_labels`), which
   the feedback page names it by; notebook metadata keeps the kernel's and language's names.
 
 What the student reads is what the checks said, not the grader's machinery: a test cell (graded, not a
@@ -49,7 +49,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
-from autograder.progress import item_labels
+from autograder.student.progress import item_labels
 from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
 
 MAX_TEXT_CHARS = 200_000  # a stream, a text/plain, an evalue, one traceback line
@@ -78,7 +78,7 @@ LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension")
 # (IPython's, the kernel's own choice, takes time that grows with the square of a line's length).
 PYGMENTS_LEXER = "python3"
 _NAME = re.compile(r"[A-Za-z0-9_.+ /()-]{1,100}")
-MAX_ITEM_LABEL = 40  # autograder.crossing.MAX_ITEM_LABEL: what the worker accepts
+MAX_ITEM_LABEL = 40  # autograder.sandbox.crossing.MAX_ITEM_LABEL: what the worker accepts
 # A hidden-test block of a test cell, to its end marker or, when that is missing, to the end of the cell.
 _HIDDEN_TESTS = re.compile(
     rf"^[ \t]*{re.escape(HIDDEN_BEGIN)}.*?(?:^[ \t]*{re.escape(HIDDEN_END)}[^\n]*(?:\n|\Z)|\Z)",

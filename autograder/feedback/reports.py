@@ -1,6 +1,6 @@
 """The class's reports: ``grades.csv`` (the columns of ``nbgrader export``), ``items.csv`` and ``report.txt``.
 
-``report.txt`` names items as the notebooks number them ("4.6", "Quiz 1": :func:`autograder.progress.item_labels`),
+``report.txt`` names items as the notebooks number them ("4.6", "Quiz 1": :func:`autograder.student.progress.item_labels`),
 and says which written answers still wait for a hand grade; the CSV files keep nbgrader's cell ids, which
 ``nbgrader export`` and the formgrader use. Every cell and line a student could choose is written safely
 (:mod:`autograder.feedback.escape`).

@@ -6,10 +6,10 @@ is a folder named ``<student>+<assignment>+<timestamp>[+<random>]`` that whoever
 owner is another account) and copies the folder with ``shutil.copytree``, which follows links, into the
 folder where it runs, next to the answer key (``source/``). This module replaces it for the course:
 
-- the inbound folder is read with the intake's rules (:mod:`autograder.intake.safe_files`): nothing is
+- the inbound folder is read with the intake's rules (:mod:`autograder.student.safe_files`): nothing is
   followed (a submission folder or a file that is a link is refused), only regular files are read, a file
   with more than one hard link is refused like a link, each file is read within its cap (the notebook's
-  :data:`~autograder.intake.sanitize.MAX_NOTEBOOK_BYTES`, nbgrader's short text files'
+  :data:`~autograder.student.sanitize.MAX_NOTEBOOK_BYTES`, nbgrader's short text files'
   :data:`~autograder.course_directory.MAX_EXCHANGE_FILE_BYTES`), the whole listing is read but only the names
   of this assignment's rostered students kept (at most :data:`MAX_ROSTER_SUBMISSIONS` each; past that nothing
   is collected and the command says so: names that anyone can create never push a student out of the
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.safe_files import Folder, Refused, account_name, shown
-from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
+from autograder.student.safe_files import Folder, Refused, account_name, shown
+from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
 MAX_ROSTER_SUBMISSIONS = 1_000  # inbound folders of one assignment read per rostered student, at most
 MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, in total

@@ -7,14 +7,14 @@ zip's top level), or the one folder it holds when that folder is not itself a st
 nbgrader's collect leaves next to them, never other files a student put there (a ``.py`` file could otherwise
 shadow a module the tests import).
 
-A folder's tree is read by :mod:`autograder.intake.safe_files` and never followed: the notebooks that get
+A folder's tree is read by :mod:`autograder.student.safe_files` and never followed: the notebooks that get
 graded are the grader's copies (``collect(..., received=...)``), made from regular files with one link only,
 never from a mount point inside the class's folder, so a symbolic or hard link to the released sources or to
 another student's notebook, a named pipe or a device is refused with its reason and nothing after the intake
 reads a student's file again. A zip is never extracted: its names make the same tree
 (:mod:`autograder.intake.zip_tree`), and each chosen member is copied once, straight into ``received``.
 
-The copies are bounded in all (:class:`autograder.intake.received.Budget`: the class's cap, checked with the
+The copies are bounded in all (:class:`autograder.student.received.Budget`: the class's cap, checked with the
 free space of ``received`` before each file is copied). A submission that cannot be received (a file refused,
 past the cap, a disk full, a zip member that is encrypted, compressed by an unknown method or corrupt) gets no
 path and its reason, which grades it 0 with that reason; the other submissions are received all the same.
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import EXCHANGE_FILES, MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.received import DEFAULT_MAX_CLASS_BYTES, Budget
-from autograder.intake.safe_files import Entry, Folder, Refused, shown, walk
-from autograder.intake.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.intake.zip_tree import MAX_ZIP_MEMBERS, ZipTree
+from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, Budget
+from autograder.student.safe_files import Entry, Folder, Refused, shown, walk
+from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
 __all__ = ["MAX_ZIP_MEMBERS", "Collection", "Skipped", "Submission", "class_root", "collect"]
 
@@ -168,10 +168,10 @@ def collect(
 
     ``received`` is a folder the grader owns (created if missing). Each chosen notebook is copied into
     ``received/<student>/<assignment>/``, with the exchange files nbgrader's collect leaves next to it, read
-    without following anything (:mod:`autograder.intake.safe_files`) or straight from the zip's member
+    without following anything (:mod:`autograder.student.safe_files`) or straight from the zip's member
     (:mod:`autograder.intake.zip_tree`): a submission's ``path`` and ``folder`` are the copies. At most
     ``max_bytes`` are copied in all, and never more than the free space of ``received`` allows
-    (:class:`autograder.intake.received.Budget`). A notebook that is not a regular file of at most
+    (:class:`autograder.student.received.Budget`). A notebook that is not a regular file of at most
     ``MAX_NOTEBOOK_BYTES`` bytes, or that cannot be copied, is not received: its submission has no path, and
     its ``reason`` (also a note) says why. A student or assignment folder that is a link or a mount point is
     not read, with a warning.

@@ -1,7 +1,7 @@
 """A class's zip read as a tree of names, never extracted: each file that gets graded is copied once, straight
 from its member into the grader's ``received/`` folder, a chunk at a time.
 
-The members' names make the same entries as a folder's walk (:class:`autograder.intake.safe_files.Entry`), so
+The members' names make the same entries as a folder's walk (:class:`autograder.student.safe_files.Entry`), so
 that :mod:`autograder.intake.submissions` finds the submissions of a zip by the same rules as those of a
 folder. A name that is absolute, holds ``..`` or a part longer than :data:`MAX_NAME_BYTES` bytes is left out
 with a warning; a member marked as a symbolic link is listed as a link (never read); a name used twice, or as
@@ -9,7 +9,7 @@ a file and a folder, is refused when it is read.
 
 A member is read (:meth:`ZipTree.copy`) only after what its header declares passes: not encrypted, compressed
 by a method Python reads (:data:`READABLE_METHODS`), a declared size of at most the cap, counted in the
-class's :class:`autograder.intake.received.Budget`. It is then copied at most its declared size (zipfile stops
+class's :class:`autograder.student.received.Budget`. It is then copied at most its declared size (zipfile stops
 there and checks the CRC), and refused if it holds another number of bytes than it declares. Whatever a member
 raises while it is read (``RuntimeError``, ``NotImplementedError``, ``zipfile.BadZipFile``, ``zlib.error``,
 ``EOFError``...) refuses that member with the reason, and the copy is deleted: the student gets 0 with that
@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from autograder.intake.received import Budget, write_chunks
-from autograder.intake.safe_files import Entry, Refused, shown
+from autograder.student.received import Budget, write_chunks
+from autograder.student.safe_files import Entry, Refused, shown
 
 MAX_ZIP_MEMBERS = 20_000
 MAX_NAME_BYTES = 255
@@ -170,7 +170,7 @@ class ZipTree:
 
 @dataclass(frozen=True)
 class ZipFolder:
-    """A folder of a :class:`ZipTree`, as :class:`autograder.intake.safe_files.Folder` copies by name."""
+    """A folder of a :class:`ZipTree`, as :class:`autograder.student.safe_files.Folder` copies by name."""
 
     tree: ZipTree
     parts: tuple[str, ...]

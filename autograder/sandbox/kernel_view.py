@@ -1,14 +1,13 @@
 """What a student's kernel can import: a folder built from an allowlist of the course's files.
 
-The grader's kernel needs the student's side of the course only (the design's "Two sides"): what the notebooks
-import (:mod:`autograder.progress`, :mod:`autograder.answers`, :mod:`autograder.parameters`,
-:mod:`autograder.submitted_tables`), the package ``autograder`` that holds them, and ``posenc_ref``. The folder
-is made of copies of exactly those files (:func:`kernel_packages`); the sandbox binds it read-only at
-:data:`MOUNT`, the kernel's ``PYTHONPATH``, and binds nothing of the repository
-(:func:`autograder.sandbox.launcher.bwrap_argv`). So the grader's side (:mod:`autograder.variants`, which
-computes every student's expected values, the hidden tests in ``source/``, :mod:`autograder.grade`, ...) is not
-in the kernel's file system at all, and importing it raises ``ModuleNotFoundError``: a file added to the
-package stays out of the kernel until it is named here.
+The grader's kernel needs the student's side of the course only (the design's "Two sides"): the folder
+``autograder/student/`` whole (what the notebooks import, :mod:`autograder.student`), the package's
+``__init__.py`` that holds paths and names only, and ``posenc_ref``. The view is made of copies of exactly
+those files (:func:`kernel_packages`); the sandbox binds it read-only at :data:`MOUNT`, the kernel's
+``PYTHONPATH``, and binds nothing of the repository (:func:`autograder.sandbox.launcher.bwrap_argv`). So the
+grader's side (:mod:`autograder.variants`, which computes every student's expected values, the hidden tests in
+``source/``, :mod:`autograder.grade`, ...) is not in the kernel's file system at all, and importing it raises
+``ModuleNotFoundError``: a module lies on the student's side by the folder it is in, not by a list.
 
 The grader builds the folder once per batch; a kernel started without one (``bwrap_problem``, a test) uses
 :func:`default_kernel_view`, a copy kept in a private folder of the machine's temporary directory and named
@@ -29,20 +28,14 @@ import autograder
 
 REPOSITORY = Path(autograder.REPOSITORY).resolve()
 MOUNT = "/course"  # where the kernel sees the folder, and its PYTHONPATH
-# The student's side of autograder, module by module (autograder/__init__.py holds paths and names only).
-STUDENT_FILES = (
-    "autograder/__init__.py",
-    "autograder/progress.py",
-    "autograder/answers.py",
-    "autograder/parameters.py",
-    "autograder/submitted_tables.py",
-)
-STUDENT_PACKAGES = ("posenc_ref",)  # whole packages: every file but caches
+STUDENT_FILES = ("autograder/__init__.py",)  # paths and names only
+STUDENT_PACKAGES = ("autograder/student", "posenc_ref")  # whole folders: every file but caches
+# What the notebooks import, which a kernel loads before the student's first cell.
 STUDENT_IMPORTS = (
-    "autograder.progress",
-    "autograder.answers",
-    "autograder.parameters",
-    "autograder.submitted_tables",
+    "autograder.student.progress",
+    "autograder.student.answers",
+    "autograder.student.parameters",
+    "autograder.student.submitted_tables",
     "posenc_ref",
 )
 SKIPPED = ("__pycache__",)

@@ -44,9 +44,9 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from autograder.parameters import ENABLED_VARIABLE, STUDENT_VARIABLE
-from autograder.progress import GRADING_VARIABLE
 from autograder.sandbox.kernel_view import MOUNT, STUDENT_IMPORTS, default_kernel_view
+from autograder.student.parameters import ENABLED_VARIABLE, STUDENT_VARIABLE
+from autograder.student.progress import GRADING_VARIABLE
 
 ENVIRONMENT_VARIABLE = "AUTOGRADER_SANDBOX"
 MEGABYTE = 1024 * 1024
@@ -92,7 +92,7 @@ class Settings:
     use_bwrap: bool = True
     cgroup: tuple[int, tuple[str, ...]] | None = None
     student: str = ""  # the submission's student folder: its ID draws the parameters of the varied items
-    variants: bool = True  # per-student variants (autograder.parameters); False: the one answer key
+    variants: bool = True  # per-student variants (autograder.student.parameters); False: the one answer key
     kernel_view: str = ""  # the folder of autograder.sandbox.kernel_view.kernel_packages ("": a cached one)
     # The kernel's writable folder inside the grading stage's capped tmpfs (autograder.sandbox.stage): its
     # tmp/ and shm/ become the kernel's /tmp and /dev/shm, and /proc is the stage's (a sandbox nested in
@@ -242,8 +242,8 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
 def kernel_environment(settings: Settings, parent: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's whole environment, built from an allowlist: nothing else of the grader's (no passwords,
     tokens or database URLs) reaches student code. It says that the kernel is grading
-    (:data:`autograder.progress.GRADING_VARIABLE`), for which student and whether the items vary
-    (:mod:`autograder.parameters`). It imports the course from its view (:mod:`autograder.sandbox.kernel_view`):
+    (:data:`autograder.student.progress.GRADING_VARIABLE`), for which student and whether the items vary
+    (:mod:`autograder.student.parameters`). It imports the course from its view (:mod:`autograder.sandbox.kernel_view`):
     at :data:`~autograder.sandbox.kernel_view.MOUNT` in the sandbox, from the view's folder without it."""
     parent = dict(os.environ if parent is None else parent)
     home = SANDBOX_HOME if settings.use_bwrap else settings.scratch
@@ -261,7 +261,7 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
         IPYTHONDIR=os.path.join(home, ".ipython"),
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     )
-    environment[GRADING_VARIABLE] = "1"  # an unanswered item fails its test cell (autograder.progress)
+    environment[GRADING_VARIABLE] = "1"  # an unanswered item fails its test cell (autograder.student.progress)
     # The varied items' parameters are drawn from the submission's folder, not from what the notebook declares.
     environment[STUDENT_VARIABLE] = settings.student
     environment[ENABLED_VARIABLE] = "1" if settings.variants else "0"

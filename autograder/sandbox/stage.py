@@ -1,10 +1,10 @@
 """The grading stage: one submission graded in a sandbox of its own, from the student's bytes to plain data.
 
 Everything that reads what a student sent runs here, never in the grader's worker: the notebook's JSON and
-its repair (:mod:`autograder.intake.sanitize`), nbgrader's autograde with the student's kernel, the reports
+its repair (:mod:`autograder.student.sanitize`), nbgrader's autograde with the student's kernel, the reports
 of the hidden tests (:mod:`autograder.verdicts`), the cleaning of outputs and markdown, and nbconvert's
-rendering of the feedback page (:mod:`autograder.grading_stage`). The worker hands the stage its task and the
-student's bytes, and takes back one JSON document of bounded size, which :mod:`autograder.crossing` checks
+rendering of the feedback page (:mod:`autograder.sandbox.grading_stage`). The worker hands the stage its task and the
+student's bytes, and takes back one JSON document of bounded size, which :mod:`autograder.sandbox.crossing` checks
 field by field before anything of it is used.
 
 The worker starts the stage (:func:`run_stage`) as
@@ -332,9 +332,9 @@ def enter(limits: Limits, notebook_bytes: int) -> None:
 
 
 def main() -> int:
-    """``python -m autograder.sandbox``: a pickled :class:`autograder.grading_stage.StageRequest` on
+    """``python -m autograder.sandbox``: a pickled :class:`autograder.sandbox.grading_stage.StageRequest` on
     standard input (written by the worker, which is trusted), the response as JSON on standard output."""
-    from autograder.grading_stage import grade_in_stage
+    from autograder.sandbox.grading_stage import grade_in_stage
 
     request = pickle.loads(sys.stdin.buffer.read())
     if request.sandboxed:

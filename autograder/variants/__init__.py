@@ -1,7 +1,7 @@
 r"""Per-student variants, the grader's side: what each varied item expects for a student's parameters.
 
 The parameters themselves (their allowed values, the draw from the student ID, ``your_parameters`` in the
-notebook) are the student's side, in :mod:`autograder.parameters`, which this package imports and re-exports;
+notebook) are the student's side, in :mod:`autograder.student.parameters`, which this package imports and re-exports;
 nothing there imports this package, and the grader's kernel cannot import it
 (:mod:`autograder.sandbox.kernel_view`).
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autograder.parameters import (
+from autograder.student.parameters import (
     ENABLED_VARIABLE,
     STUDENT_VARIABLE,
     VariedItem,
@@ -48,7 +48,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Variant:
-    """One varied item as the grader sees it: the student's side of it (:class:`autograder.parameters.VariedItem`:
+    """One varied item as the grader sees it: the student's side of it (:class:`autograder.student.parameters.VariedItem`:
     where it is, its parameters) and what its hidden test expects for them.
 
     ``constants`` returns, for a dict of parameters, the secret constants of the item's hidden test

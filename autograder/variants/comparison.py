@@ -2,7 +2,7 @@ r"""The varied items of chapter 6 (comparison): 6.1, the kind each case calls fo
 committed study support; 6.4, the memory of Shaw's relative scores without the five-dimensional product; 6.5,
 what three seeds of the study separate by the range rule.
 
-6.1: each part draws one of three cases (:mod:`autograder.parameters`); :data:`CASE_KINDS` gives, in the order
+6.1: each part draws one of three cases (:mod:`autograder.student.parameters`); :data:`CASE_KINDS` gives, in the order
 of the allowed cases, the one kind of ``posenc_ref`` that meets every constraint of each, and each other kind's
 message says what it does instead (:data:`KIND_FACTS`).
 
@@ -45,7 +45,7 @@ KINDS = ("none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope")
 # 6.1
 # ---------------------------------------------------------------------------------------------------------
 
-# By part, the kind that meets each allowed case, in the order of autograder.parameters.
+# By part, the kind that meets each allowed case, in the order of autograder.student.parameters.
 CASE_KINDS = {
     "6.1 (a)": ("none", "shaw", "sinusoidal"),
     "6.1 (b)": ("alibi", "rope", "none"),
@@ -70,7 +70,7 @@ KIND_FACTS = {
 
 def _case(item: str):
     def constants(parameters: Mapping[str, Any]) -> dict[str, Any]:
-        from autograder.parameters import varied_item
+        from autograder.student.parameters import varied_item
 
         ((name, case),) = parameters.items()
         kind = CASE_KINDS[item][varied_item(ASSIGNMENT, item).choices[name].index(case)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autograder.parameters import MAPS
+from autograder.student.parameters import MAPS
 from autograder.variants import Variant, distinct_mistakes
 
 ASSIGNMENT = "01_permutation"
@@ -66,7 +66,7 @@ def _prefix_rows(parameters: Mapping[str, Any]) -> dict[str, Any]:
 # 1.5: which maps are equivariant
 # ---------------------------------------------------------------------------------------------------------
 
-# Whether each map of autograder.parameters.MAPS is permutation-equivariant, and why.
+# Whether each map of autograder.student.parameters.MAPS is permutation-equivariant, and why.
 EQUIVARIANT = {
     "column_softmax": (True, (
         "a softmax over the rows of each column reorders with the rows: its denominator is a sum over all "

@@ -1,9 +1,9 @@
 r"""The quiz questions, the grader's side: the letter each student must give, for the order of the options drawn for
-them (:data:`autograder.parameters.QUIZ_ORDERS`).
+them (:data:`autograder.student.parameters.QUIZ_ORDERS`).
 
 The hidden test of a quiz question names the right option as the source writes it, in the constant
 ``EXPECTED_CHOICE``; for a student whose order is :math:`o` (the source's letters in the order shown), the right
-letter is the place of that option in :math:`o` (:func:`autograder.parameters.shown_letter`), and it replaces the
+letter is the place of that option in :math:`o` (:func:`autograder.student.parameters.shown_letter`), and it replaces the
 constant as any varied item's expected values do. The right options are read from ``source/``, which only the
 grader has.
 """
@@ -17,8 +17,8 @@ from functools import partial
 from typing import Any
 
 from autograder import source_notebook
-from autograder.parameters import QUIZZES, shown_letter
-from autograder.progress import item_labels
+from autograder.student.parameters import QUIZZES, shown_letter
+from autograder.student.progress import item_labels
 from autograder.variants import Variant
 
 CONSTANT = "EXPECTED_CHOICE"

@@ -5,7 +5,7 @@ With :math:`\omega_i = \text{base}^{-2i/d}`: :math:`\mathrm{PE}(p)_{2i} = \sin(p
 known mistakes (degrees, sin and cos swapped, the halves layout, a doubled exponent, an exponent over features)
 from :func:`pe_with_mistake`, the same formula with one thing changed.
 
-2.6's submissions are tables of numbers in :mod:`autograder.submitted_tables` (the student's side), written by
+2.6's submissions are tables of numbers in :mod:`autograder.student.submitted_tables` (the student's side), written by
 :func:`submitted_tables_source` from :data:`SUBMISSIONS`: which bug and which base each submission number has is
 known here only.
 """
@@ -208,7 +208,7 @@ BUGS = {  # letter: how the submitted table differs from the right one
     "E": {"shift": 1},
     "F": {"degrees": True},
 }
-# The bug and the base of each submission of autograder.submitted_tables, by number: the student's side ships the
+# The bug and the base of each submission of autograder.student.submitted_tables, by number: the student's side ships the
 # numbers of the tables only. Two submissions of each bug, at other bases; the numbers are a random sample of
 # 11..99, so that a number says nothing about its bug. Number 26 is the one answer key's (the doubled exponent).
 SUBMISSIONS: dict[int, tuple[str, float]] = {
@@ -230,13 +230,13 @@ def submission_rows(number: int) -> list[list[float]]:
 
 
 def submitted_tables_source() -> str:
-    """The text of ``autograder/submitted_tables.py``: the numbers of every submission and nothing that names a bug
+    """The text of ``autograder/student/submitted_tables.py``: the numbers of every submission and nothing that names a bug
     (a test of the course compares the file with this)."""
     lines = [
         '''r"""Item 2.6: the submitted sinusoidal tables that students diagnose, each by its number.
 
 Every student gets a submission of their own: its number is the student's parameter of 2.6
-(:mod:`autograder.parameters`). A submission is the table that someone's implementation of the interleaved
+(:mod:`autograder.student.parameters`). A submission is the table that someone's implementation of the interleaved
 sinusoidal encoding returned for 32 positions and d = 8, at the base it was asked to use, rounded to 6 decimals:
 numbers only. Each table has one bug of the notebook's list; which one is for the student to find by testing.
 (Written by the grader's side; do not edit by hand.)

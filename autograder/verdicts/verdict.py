@@ -3,7 +3,7 @@
 A hidden test written in ``source/`` mixes three things: inputs and calls of the student's code (they must run
 in the student's kernel), the expected values and known mistakes (constants), and the checks
 (``check_close``, ``check_expressions``, ``if ...: raise AnswerError(...)``). Student code runs first in the same
-kernel and can patch builtins, :mod:`autograder.answers`, torch or numpy, rewrite the cells that follow or
+kernel and can patch builtins, :mod:`autograder.student.answers`, torch or numpy, rewrite the cells that follow or
 hide their errors, so neither the constants nor the checks may run there.
 
 :func:`split_hidden_tests` cuts a hidden section, at grading time, into
@@ -12,12 +12,12 @@ hide their errors, so neither the constants nor the checks may run there.
   it displays one line ``<marker> {"step": i, "values": {...}}`` holding, as JSON of plain numbers and strings,
   the values the check needs, as display data of its own MIME type (a student's answer is encoded by exact type: ``int``, ``float``, ``str``,
   ``bool``, ``None``, lists, tuples, dicts with ``str`` keys, sets, numpy numbers and arrays, torch tensors;
-  exact numbers (``Fraction``, ``Decimal``, sympy numbers, and the :class:`autograder.answers.ExactNumber`
-  a coercion wraps them in) as the text of :func:`autograder.answers.exact_text` with the name of their
+  exact numbers (``Fraction``, ``Decimal``, sympy numbers, and the :class:`autograder.student.answers.ExactNumber`
+  a coercion wraps them in) as the text of :func:`autograder.student.answers.exact_text` with the name of their
   entry, never as a float computed in the kernel; anything else is reported as unreadable);
 - the *grader part*: the constants and the checks, which :func:`decide` runs in the grader's process on the
   values parsed strictly from the kernel's output (:func:`parse_reports`); the text of an exact number is
-  read there too, into a float (:func:`autograder.answers.reported_number_value`). The expected constants
+  read there too, into a float (:func:`autograder.student.answers.reported_number_value`). The expected constants
   never enter the kernel; a kernel that lies must know the right values to gain anything.
 
 A hidden section whose checks need an object that cannot be reported (a module, a tensor kept for its
@@ -27,7 +27,7 @@ instead: a parameter's name rather than its identity, an exception's class names
 around the check).
 
 The reported values are the student's, so a check on them can be slow or hungry however carefully
-:mod:`autograder.answers` bounds its inputs (sympy's ``simplify`` on twelve nested ``sin`` never ends).
+:mod:`autograder.student.answers` bounds its inputs (sympy's ``simplify`` on twelve nested ``sin`` never ends).
 :func:`decide` therefore runs the grader part of each test cell in a child process, limited to
 :data:`CHECK_SECONDS` of wall-clock time and :data:`CHECK_MEMORY_MB` of address space, and killed when it
 runs over: the answer then fails with a message that says which limit it hit. The children are forked by
@@ -49,7 +49,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from autograder import answers
+from autograder.student import answers
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_END = "### END HIDDEN TESTS"
@@ -302,7 +302,7 @@ def _autograder_report(step, values, _marker={marker!r}):
     import json as _json
     import sys as _sys
 
-    from autograder import answers as _answers
+    from autograder.student import answers as _answers
 
     def plain(value, path, depth=0):
         kind = type(value)
@@ -398,8 +398,8 @@ def _exact(fields: Any) -> answers.ReportedNumber:
 
 
 def _with_numbers_read(value: Any) -> Any:
-    """``value`` with every :class:`~autograder.answers.ReportedNumber` read into a number, or into an
-    :class:`~autograder.answers.UnreadableNumber` that fails any check with the reason."""
+    """``value`` with every :class:`~autograder.student.answers.ReportedNumber` read into a number, or into an
+    :class:`~autograder.student.answers.UnreadableNumber` that fails any check with the reason."""
     if type(value) is answers.ReportedNumber:
         try:
             return answers.reported_number_value(value)
@@ -548,7 +548,7 @@ def decide(
 
     With ``withhold``, a wrong answer's message is :data:`WITHHELD` instead of the check's own (which may name
     the mistake, the right value or the right letter); a malformed answer keeps its message
-    (:class:`autograder.answers.FormError`), and so does an answer the student's code failed to produce.
+    (:class:`autograder.student.answers.FormError`), and so does an answer the student's code failed to produce.
     """
     try:
         return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB, withhold)

@@ -356,7 +356,7 @@ def write_full_and_mistakes(
 
 def command_environment() -> dict[str, str]:
     """A command's environment as an instructor runs it: the repository on PYTHONPATH (hidden tests import
-    autograder.answers), this interpreter's scripts first on PATH (nbgrader runs them), unbuffered output."""
+    autograder.student.answers), this interpreter's scripts first on PATH (nbgrader runs them), unbuffered output."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH", "")]))
     environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", "")])
@@ -406,10 +406,10 @@ def _broken(root: Path) -> None:
 # helper of the visible tests told it is not grading, so that unanswered items print "not answered yet" there.
 NOT_GRADING = """import os
 
-import autograder.progress
+import autograder.student.progress
 
 os.environ.pop("AUTOGRADER_GRADING", None)
-autograder.progress.grading = lambda: False"""
+autograder.student.progress.grading = lambda: False"""
 
 
 def unanswered_outside_grading(assignment: str) -> nbformat.NotebookNode:

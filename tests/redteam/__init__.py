@@ -22,7 +22,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "patch_answers_module": (
         "patch libraries",
         """
-        import autograder.answers as answers
+        import autograder.student.answers as answers
         answers.check_close = lambda *args, **kwargs: None
         answers.check_expressions = lambda *args, **kwargs: None
         answers.as_choice = lambda value, name, choices: "B"

@@ -5,7 +5,7 @@ The student edition's only command; the instructor's repository has the others (
 
 import sys
 
-from autograder.check import main
+from autograder.student.check import main
 
 if __name__ == "__main__":
     sys.exit(main())

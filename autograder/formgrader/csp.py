@@ -1,7 +1,7 @@
 """The formgrader's Content-Security-Policy: the instructor's browser runs the server's scripts, never a
 student's.
 
-A Jupyter server extension (``jpserver_extensions``, enabled by :mod:`autograder.formgrader`) that sets one
+A Jupyter server extension (``jpserver_extensions``, enabled by :mod:`autograder.formgrader.server`) that sets one
 header on every response of the server: scripts load from the server itself (``'self'``); an inline script
 runs only where its text is one of the inline scripts of the pages' own templates (nbgrader's formgrader,
 JupyterLab's page, Jupyter server's pages), each allowed by its SHA-256 hash for that response; an inline
@@ -209,4 +209,4 @@ def _load_jupyter_server_extension(serverapp) -> None:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "autograder.formgrader_csp"}]
+    return [{"module": "autograder.formgrader.csp"}]

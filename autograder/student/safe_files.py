@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
-    from autograder.intake.received import Budget
+    from autograder.student.received import Budget
 
 MAX_ENTRIES_PER_FOLDER = 10_000
 MAX_DEPTH = 16  # folders below the tree's root
@@ -228,7 +228,7 @@ class Folder:
                 another file system than the tree's root, passes the budget, grows while it is copied or cannot be written (``target`` is then
                 deleted).
         """
-        from autograder.intake.received import write_chunks  # it builds on Refused, defined here
+        from autograder.student.received import write_chunks  # it builds on Refused, defined here
 
         descriptor = self._open_file(name)
         try:

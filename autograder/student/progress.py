@@ -24,7 +24,7 @@ passed. Two things make sure it fails:
    grader fails the item (:mod:`autograder.verdicts.verdict`).
 
 Each outcome is also shown as display data of :data:`STATUS_MIME` (read by ``python -m autograder check``,
-:mod:`autograder.check`) and kept in this module, for :func:`print_status`, the last cell of every notebook.
+:mod:`autograder.student.check`) and kept in this module, for :func:`print_status`, the last cell of every notebook.
 
 Outside the kernel, :func:`item_labels` reads the same numbers from a notebook's cells, so that ``check`` and the
 grader's reports name an item as the notebook does (``2.2``, ``Quiz 1``) rather than by its nbgrader cell id.
@@ -57,7 +57,7 @@ def is_number(value: Any) -> bool:
     ``decimal.Decimal`` and sympy's numbers (``Rational(3, 4)``, ``Integer(12)``, ``Float``).
 
     The visible tests use it, so that an exact answer the students' guide accepts is not refused by the form
-    check before the hidden test reads it exactly (:func:`autograder.answers.as_number`)."""
+    check before the hidden test reads it exactly (:func:`autograder.student.answers.as_number`)."""
     if isinstance(value, bool):
         return False
     kind = type(value)

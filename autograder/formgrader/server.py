@@ -10,10 +10,10 @@ default) and ``--port`` (a free one by default), with a token drawn at random un
 (and with ``--allow-root`` when run as root).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
 the browser, which would be a root shell where the grader runs as root), and every response carries the
-Content-Security-Policy of :mod:`autograder.formgrader_csp` (no inline script runs but the templates' own).
+Content-Security-Policy of :mod:`autograder.formgrader.csp` (no inline script runs but the templates' own).
 The formgrader's buttons that would grade, write or release feedback, or collect, with nbgrader's own commands
 (Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
-job (:mod:`autograder.formgrader_refusals`). Both are server extensions that this package puts on the
+job (:mod:`autograder.formgrader.refusals`). Both are server extensions that this package puts on the
 server's ``PYTHONPATH``.
 The server runs under the grading stage's address-space and file-size limits (:func:`server_limits`), and what
 it renders of a submission is bounded by the rebuild of the autograded notebook (:mod:`autograder.feedback.outputs`:
@@ -41,10 +41,10 @@ from autograder.sandbox.launcher import MEGABYTE, Limits
 from autograder.sandbox.stage import STAGE_MEMORY_MB
 
 START_SECONDS = 120
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # where the server imports its extensions
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the server imports its extensions
 # The server extensions of this package: the policy on every response, and the refusal of the formgrader's calls
 # that would bypass the course's grader.
-SERVER_EXTENSIONS = ("autograder.formgrader_csp", "autograder.formgrader_refusals")
+SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusals")
 
 
 def free_port(ip: str) -> int:

@@ -1,6 +1,6 @@
 """The formgrader's buttons that would bypass the course's grader answer with the command that does the job.
 
-A Jupyter server extension (``jpserver_extensions``, enabled by :mod:`autograder.formgrader`) that takes the
+A Jupyter server extension (``jpserver_extensions``, enabled by :mod:`autograder.formgrader.server`) that takes the
 routes of nbgrader's formgrader API (``nbgrader.server_extensions.formgrader.apihandlers``) behind these buttons
 before nbgrader's own handlers see them:
 
@@ -107,4 +107,4 @@ def _load_jupyter_server_extension(serverapp) -> None:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "autograder.formgrader_refusals"}]
+    return [{"module": "autograder.formgrader.refusals"}]

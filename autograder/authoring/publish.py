@@ -8,8 +8,8 @@ this repository stays out of it until it is named here:
 - ``notebooks/<assignment>.ipynb``, the released notebooks as they are in ``notebooks/`` (run
   ``python -m autograder release`` first after a change of ``source/``);
 - ``posenc_ref/``, the package's Python files (its benchmark records in ``results/`` are not needed to run it);
-- of ``autograder/``, the files of the kernel's view (:data:`autograder.sandbox.kernel_view.STUDENT_FILES`:
-  what the notebooks import), the modules of ``python -m autograder check`` (:data:`CHECK_FILES`) and
+- of ``autograder/``, the student's side whole, as the kernel's view takes it (``__init__.py`` and the folder
+  ``autograder/student/``: what the notebooks import and ``python -m autograder check``), and
   ``nbgrader_config.py``, whose ``c.AutograderVariants.enabled`` the notebooks read when they print a student's
   parameters;
 - ``.binder/`` as it is here, and the edition's own files, kept in ``autograder/student_edition/``: its README, its
@@ -28,20 +28,10 @@ import shutil
 from pathlib import Path
 
 from autograder import ASSIGNMENTS, COURSE_DIRECTORY, REPOSITORY, released_notebook
-from autograder.sandbox.kernel_view import STUDENT_FILES, view_files
+from autograder.sandbox.kernel_view import view_files
 
 # The files the edition has and this repository does not.
 OWN_FILES = REPOSITORY / "autograder" / "student_edition"
-# `python -m autograder check` and what it imports, beyond the kernel's view (tests/test_grader_publish.py follows
-# the imports of every file of the edition and fails on one of the grader's side).
-CHECK_FILES = (
-    "autograder/check.py",
-    "autograder/kernels.py",
-    "autograder/intake/__init__.py",
-    "autograder/intake/sanitize.py",
-    "autograder/intake/safe_files.py",
-    "autograder/intake/received.py",  # safe_files' copy writes through it (the grader's side only calls copy)
-)
 SETTINGS_FILES = ("autograder/nbgrader_config.py",)
 COPIED_FOLDERS = (".binder",)
 # An edition written into a package would be copied into the kernel's view (posenc_ref) or lie among the
@@ -67,10 +57,10 @@ def edition_files() -> dict[str, Path]:
     files: dict[str, Path] = {}
     for assignment in ASSIGNMENTS:
         files[released_notebook(assignment).relative_to(REPOSITORY).as_posix()] = released_notebook(assignment)
-    for relative in view_files():
-        if relative.startswith("posenc_ref/") and relative.endswith(".py"):
+    for relative in view_files():  # posenc_ref's records of benchmarks are not needed to run it
+        if not relative.startswith("posenc_ref/") or relative.endswith(".py"):
             files[relative] = REPOSITORY / relative
-    for relative in (*STUDENT_FILES, *CHECK_FILES, *SETTINGS_FILES):
+    for relative in SETTINGS_FILES:
         files[relative] = REPOSITORY / relative
     for folder in COPIED_FOLDERS:
         for path in _files_under(REPOSITORY / folder):

@@ -1,7 +1,7 @@
 r"""Item 2.6: the submitted sinusoidal tables that students diagnose, each by its number.
 
 Every student gets a submission of their own: its number is the student's parameter of 2.6
-(:mod:`autograder.parameters`). A submission is the table that someone's implementation of the interleaved
+(:mod:`autograder.student.parameters`). A submission is the table that someone's implementation of the interleaved
 sinusoidal encoding returned for 32 positions and d = 8, at the base it was asked to use, rounded to 6 decimals:
 numbers only. Each table has one bug of the notebook's list; which one is for the student to find by testing.
 (Written by the grader's side; do not edit by hand.)

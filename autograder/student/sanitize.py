@@ -30,7 +30,7 @@ from typing import Any
 import nbformat
 from nbformat import NotebookNode
 
-from autograder.intake.safe_files import Folder, Refused
+from autograder.student.safe_files import Folder, Refused
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -3,7 +3,7 @@
 A notebook's kernel is the Python that runs the command. A kernelspec named ``python3`` whose command is
 ``sys.executable`` is written into a temporary directory and put first on ``JUPYTER_PATH``, so no user-level or
 system kernelspec of the same name can pick another interpreter. The repository is put on the kernel's
-``PYTHONPATH``: the notebooks import :mod:`autograder.progress` and ``posenc_ref`` even where the package is not
+``PYTHONPATH``: the notebooks import :mod:`autograder.student.progress` and ``posenc_ref`` even where the package is not
 installed.
 
 This module is on the student's side (``python -m autograder check`` runs a plain kernel with it); the grader's

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autograder import CONFIG_FILE
-from autograder.submitted_tables import BASES, SUBMITTED
+from autograder.student.submitted_tables import BASES, SUBMITTED
 
 CONFIG_SECTION = "AutograderVariants"
 STUDENT_VARIABLE = "AUTOGRADER_STUDENT_ID"  # the student folder of the submission, in the grader's kernel
@@ -160,7 +160,7 @@ VARIED_ITEMS: dict[str, tuple[VariedItem, ...]] = {
         # Bases whose wavelengths 2 pi base**(2i/16) all lie at least 0.04 from a whole number, so that rounding
         # to whole positions is never a matter of the last decimal (a test of the course checks it).
         VariedItem("02_sinusoidal", "2.5", {"base": (10000, 1000, 3000, 40000, 100000, 500)}, _words("base = {base}")),
-        # The numbers of autograder.submitted_tables: which table of numbers, not which bug.
+        # The numbers of autograder.student.submitted_tables: which table of numbers, not which bug.
         VariedItem("02_sinusoidal", "2.6", {"submission": tuple(SUBMITTED)},
                    lambda parameters: "submission number {}, made for base {:g}".format(
                        parameters["submission"], BASES[parameters["submission"]])),
@@ -540,7 +540,7 @@ def your_parameters(assignment: str, student_id: str = "") -> YourParameters:
     The ID is ``student_id`` (the notebook's ``STUDENT_ID``), else ``$JUPYTERHUB_USER``; in the grader's
     kernel it is the submission's student folder.
     """
-    from autograder.progress import grading
+    from autograder.student.progress import grading
 
     if grading():  # the folder decides; a malformed declaration is the feedback's business, not a crash
         student, source = os.environ.get(STUDENT_VARIABLE, ""), "the folder of your submission"

@@ -2,7 +2,7 @@
 
 From the student's bytes to plain data, in this order:
 
-1. the notebook is read and repaired against its release (:func:`autograder.intake.sanitize.prepare`): a file
+1. the notebook is read and repaired against its release (:func:`autograder.student.sanitize.prepare`): a file
    that is no notebook ends here, with the reason;
 2. a copy of the template course (sources and hardened gradebook) is made in the stage's folder, the
    notebook put in its ``submitted/``, and nbgrader's autograde runs it in the student's kernel, itself
@@ -16,7 +16,7 @@ From the student's bytes to plain data, in this order:
 The answer (:func:`grade_in_stage`) is a dict of plain values: the items, the notes, a reason when nothing
 could be graded, the feedback page and the autograded notebook as text, the log (nbgrader's) and apart from
 it the end of what the kernel wrote (``kernel_log``), so that the worker marks each line of the log file with
-where it came from. The worker trusts none of it until :mod:`autograder.crossing` has checked it.
+where it came from. The worker trusts none of it until :mod:`autograder.sandbox.crossing` has checked it.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
 
     from autograder.feedback.outputs import sanitize_notebook_file
     from autograder.feedback.template import exporter_config
-    from autograder.intake.sanitize import prepare
+    from autograder.student.sanitize import prepare
 
     task = request.task
     root = Path(request.root)

@@ -6,7 +6,7 @@ has: a :class:`Budget` holds the bytes the batch may still copy (``grade --max-c
 before its first byte is copied, keeping :data:`RESERVED_FREE_BYTES` free for the grading that follows. A
 file is copied by :func:`write_chunks`, a chunk at a time (never read whole into memory) and never beyond
 the size it was counted at; a copy that fails (the disk is full, the file grew, the zip's member is corrupt)
-is deleted and refused with its reason (:class:`autograder.intake.safe_files.Refused`), so that the
+is deleted and refused with its reason (:class:`autograder.student.safe_files.Refused`), so that the
 submission it belongs to gets 0 with that reason while the batch goes on.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.intake.safe_files import Refused
+from autograder.student.safe_files import Refused
 
 MEGABYTE = 1024**2
 DEFAULT_MAX_CLASS_BYTES = 2048 * MEGABYTE

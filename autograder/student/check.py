@@ -5,13 +5,13 @@ as *Restart & Run All* would. Its test cells are first reset to the released ver
 accidental edit of a test cannot make the check lie. The visible tests check the form of the answers only;
 the hidden tests that decide the grade are not in a student's notebook.
 
-A test cell passes, fails (it raised), or finds its item not answered yet: :func:`autograder.progress.visible_test`
-then shows the status as data of :data:`autograder.progress.STATUS_MIME`, which is read here. The words and
-lines are those of the notebook's own last cell (:func:`autograder.progress.status_line`), and every line names
-its item as the notebook does, "2.2" or "Quiz 1" (:func:`autograder.progress.item_labels`).
+A test cell passes, fails (it raised), or finds its item not answered yet: :func:`autograder.student.progress.visible_test`
+then shows the status as data of :data:`autograder.student.progress.STATUS_MIME`, which is read here. The words and
+lines are those of the notebook's own last cell (:func:`autograder.student.progress.status_line`), and every line names
+its item as the notebook does, "2.2" or "Quiz 1" (:func:`autograder.student.progress.item_labels`).
 
 This module and what it imports are on the student's side: the student edition's ``python -m autograder``
-(:mod:`autograder.publish`) offers this command only, through :func:`main`.
+(:mod:`autograder.authoring.publish`) offers this command only, through :func:`main`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,14 @@ from typing import TextIO
 import nbformat
 
 from autograder import ASSIGNMENTS, released_notebook
-from autograder.intake.sanitize import read_notebook
-from autograder.kernels import KERNEL_NAME, execute_in_own_loop, kernel_environment_set, write_kernelspec
-from autograder.progress import NOT_ANSWERED, STATUS_MIME, item_labels
+from autograder.student.kernels import (
+    KERNEL_NAME,
+    execute_in_own_loop,
+    kernel_environment_set,
+    write_kernelspec,
+)
+from autograder.student.progress import NOT_ANSWERED, STATUS_MIME, item_labels
+from autograder.student.sanitize import read_notebook
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -80,7 +85,7 @@ def reset_tests(notebook: nbformat.NotebookNode, released: nbformat.NotebookNode
 
 
 def _statuses_shown(cell) -> list[str]:
-    """The statuses a test cell showed with :data:`autograder.progress.STATUS_MIME`."""
+    """The statuses a test cell showed with :data:`autograder.student.progress.STATUS_MIME`."""
     statuses = []
     for output in cell.get("outputs", []):
         data = output.get("data", {}).get(STATUS_MIME) if output.get("output_type") == "display_data" else None
