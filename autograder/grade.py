@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import secrets
 import shutil
 import sys
@@ -80,7 +81,7 @@ from autograder.gradebook import (
 from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
-from autograder.sandbox import cgroups
+from autograder.sandbox import cgroups, seccomp
 from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import Limits, bwrap_problem
 from autograder.student.progress import item_labels
@@ -138,12 +139,16 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
         processes = "NOT limited (the grader runs as root, which RLIMIT_NPROC does not bind)" if root else (
             "limited per user, not per kernel"
         )
+        outside = ("anonymous memory files and System V shared memory were refused to kernels by a seccomp filter"
+                   if platform.machine() in seccomp.DENIED else
+                   f"memory a kernel holds outside its address space, in anonymous files (memfd_create) or System V "
+                   f"shared memory, was NOT limited on this machine ({platform.machine()}, which the kernel's "
+                   f"seccomp filter does not know): a kernel could fill the machine's memory")
         found.append(
             f"kernels had no control group ({cgroup}): memory was limited as address space only "
-            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap, and memory a "
-            "kernel holds outside its address space, in anonymous files (memfd_create) or System V shared memory, "
-            "was NOT limited: a kernel could fill the machine's memory), processes "
-            f"were {processes}, and no kernel had a CPU share of its own (book/guide_instructors.md: 'Grading safely')"
+            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap; {outside}), "
+            f"processes were {processes}, and no kernel had a CPU share of its own "
+            "(book/guide_instructors.md: 'Grading safely')"
         )
     return found
 

@@ -172,6 +172,9 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert processes < LIMITS.processes
     [hoarded] = _printed(_page(batch, "shm_hoard"), "SHM_MB")
     assert hoarded <= LIMITS.tmp_mb
+    # Memory that the address space does not count is refused by the kernel's seccomp filter, cgroups or not.
+    assert _printed(_page(batch, "memfd_hoard"), "MEMFD") == [[0, "EPERM"]]
+    assert _printed(_page(batch, "sysv_hoard"), "SYSV") == [[0, "EPERM"]]
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=f"no control groups here: {cgroup_problem()}")

@@ -9,7 +9,9 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
 2. moves itself into the kernel's control group (:mod:`autograder.sandbox.cgroups`: memory with shared memory
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
-3. sets the resource limits (``setrlimit``: address space, CPU seconds, processes, file size, no core files);
+3. sets the resource limits (``setrlimit``: address space, CPU seconds, processes, file size, no core files)
+   and installs a seccomp filter that refuses anonymous memory files and System V shared memory, the memory
+   that the address space does not count (:mod:`autograder.sandbox.seccomp`);
 4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability:
 
@@ -44,6 +46,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from autograder.sandbox import seccomp
 from autograder.sandbox.kernel_view import MOUNT, STUDENT_IMPORTS, default_kernel_view
 from autograder.student.parameters import ENABLED_VARIABLE, STUDENT_VARIABLE
 from autograder.student.progress import GRADING_VARIABLE
@@ -361,6 +364,13 @@ def main(argv: list[str]) -> None:
             with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
                 procs.write(str(os.getpid()))
     apply_limits(settings.limits)
+    try:
+        seccomp.install()
+    except (OSError, ValueError) as error:
+        # Within a control group the kernel's memory is counted whatever holds it; without one, refuse to start.
+        print(f"autograder: the kernel's seccomp filter could not be installed: {error}", file=sys.stderr)
+        if settings.cgroup is None:
+            sys.exit(70)
     environment = kernel_environment(settings)
     command = kernel_command(visible)
     if settings.use_bwrap:

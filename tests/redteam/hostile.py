@@ -101,6 +101,31 @@ KERNEL_ATTACKS: dict[str, str] = {
             pass
         print("SHM_MB:", written)
         """,
+    "memfd_hoard": """
+        import errno, os
+        written, refused = 0, None
+        try:
+            fd = os.memfd_create("hoard")
+            for _ in range(64):
+                os.write(fd, b"0" * (1024 * 1024))
+                written += 1
+        except OSError as error:
+            refused = errno.errorcode.get(error.errno)
+        print("MEMFD:", [written, refused])
+        """,
+    "sysv_hoard": """
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        size = 64 * 1024 * 1024
+        segment = libc.shmget(0, ctypes.c_size_t(size), 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        if segment < 0:
+            print("SYSV:", [0, errno.errorcode.get(ctypes.get_errno())])
+        else:
+            address = libc.shmat(segment, None, 0)
+            ctypes.memset(address, 48, size)
+            print("SYSV:", [size // (1024 * 1024), None])
+        """,
     "comm_flood": """
         from ipykernel.comm import Comm
         comm = Comm(target_name="flood", data={})
