@@ -7,10 +7,11 @@ from ``source/``), then graded twice in one run:
    assignment, one notebook after another, kernels unsandboxed, hidden tests run in the student's kernel;
 2. ``python -m autograder grade`` (sandboxed when bwrap can run, ``--jobs`` workers, feedback pages included).
 
-It prints both rates and their ratio (ours over plain). Both paths check that every notebook earned all the
+It prints both rates and their ratio (ours over plain), and where our workers' time went, phase by phase
+(:func:`profile`, from the moments each submission's worker and grading stage mark: :mod:`autograder.sandbox.phases`). Both paths check that every notebook earned all the
 points of its test cells (written answers wait for an instructor), so that a fast failure cannot pass for speed.
 ``--out FILE`` also writes the result as JSON (:func:`record`): the command, the commit, the machine, its load
-before and after, both times and rates and the ratio; the instructors' guide reads its figures from such
+before and after, both times and rates, the ratio and the profile; the instructors' guide reads its figures from such
 files, committed in ``book/data/grading-speed/``.
 Ours does not run the explorer cells (:mod:`autograder.verdicts.template`); plain nbgrader runs every cell.
 
@@ -28,6 +29,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -106,8 +108,8 @@ def plain_nbgrader(course: TemporaryCourse, submissions: Path, points: dict[str,
     return elapsed
 
 
-def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> tuple[float, bool]:
-    """Seconds that ``python -m autograder grade`` takes; and whether it ran sandboxed."""
+def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> tuple[float, bool, dict]:
+    """Seconds that ``python -m autograder grade`` takes; whether it ran sandboxed; and its :func:`profile`."""
     from autograder.grade import grade
 
     start = time.perf_counter()
@@ -116,7 +118,36 @@ def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> t
     for result in results:
         if result.score < points[result.assignment]:
             raise RuntimeError(f"ours: {result.student}/{result.assignment} lost points")
-    return elapsed, "WITHOUT a sandbox" not in (out / "report.txt").read_text()
+    return elapsed, "WITHOUT a sandbox" not in (out / "report.txt").read_text(), profile(results)
+
+
+def profile(results) -> dict:
+    """Where a worker's time went, per notebook: for each phase of :data:`autograder.sandbox.phases.PHASES`,
+    the mean and the median of its seconds over the notebooks that went through it, and its share of the
+    mean of a notebook's measured total (the phases' sum)."""
+    from autograder.sandbox.phases import PHASES
+
+    timed = [result.seconds for result in results if result.seconds]
+    totals = [sum(seconds.values()) for seconds in timed]
+    mean_total = statistics.fmean(totals) if totals else 0.0
+    phases = []
+    for name, _, _ in PHASES:
+        values = [seconds[name] for seconds in timed if name in seconds]
+        if values:
+            mean = statistics.fmean(values)
+            phases.append({"phase": name, "notebooks": len(values), "mean_seconds": round(mean, 3),
+                           "median_seconds": round(statistics.median(values), 3),
+                           "share": round(mean * len(values) / len(timed) / mean_total, 3) if mean_total else 0.0})
+    return {"notebooks": len(timed), "mean_seconds_per_notebook": round(mean_total, 3), "phases": phases}
+
+
+def profile_lines(measured: dict) -> list[str]:
+    """The profile as a table for the terminal."""
+    lines = [(f"where a worker's time goes, per notebook ({measured['notebooks']} notebooks, "
+             f"{measured['mean_seconds_per_notebook']:.2f} s measured on average):")]
+    lines += [f"  {row['phase']:<28} mean {row['mean_seconds']:6.2f} s  median {row['median_seconds']:6.2f} s  "
+              f"{100 * row['share']:5.1f}%" for row in measured["phases"]]
+    return lines
 
 
 def record(command: list[str], **measured) -> dict:
@@ -174,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         count = generate_class(work / "class", arguments.students, assignments, released)
         points = {assignment: autograded_points(released[assignment]) for assignment in assignments}
         plain_seconds = plain_nbgrader(course, work / "class", points)
-        our_seconds, sandboxed = ours(work / "class", work / "out", arguments.jobs, points)
+        our_seconds, sandboxed, measured = ours(work / "class", work / "out", arguments.jobs, points)
     plain_rate, our_rate = 60 * count / plain_seconds, 60 * count / our_seconds
     print(f"{count} notebooks ({arguments.students} students x {', '.join(assignments)}), {os.cpu_count()} cores")
     print(f"plain nbgrader autograde, serial: {plain_seconds:.1f} s, {plain_rate:.1f} notebooks/minute")
@@ -183,11 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{our_seconds:.1f} s, {our_rate:.1f} notebooks/minute"
     )
     print(f"ratio: {our_rate / plain_rate:.2f}x")
+    print(f"plain nbgrader: {plain_seconds / count:.2f} s per notebook")
+    print("\n".join(profile_lines(measured)))
     _write(arguments.out, record(
         command, students=arguments.students, assignments=list(assignments), notebooks=count, jobs=arguments.jobs,
         sandboxed=sandboxed, plain_seconds=round(plain_seconds, 1), ours_seconds=round(our_seconds, 1),
         plain_per_minute=round(plain_rate, 2), ours_per_minute=round(our_rate, 2),
-        ratio=round(our_rate / plain_rate, 3), load_before=list(load_before), load_after=list(os.getloadavg())))
+        ratio=round(our_rate / plain_rate, 3), plain_seconds_per_notebook=round(plain_seconds / count, 3),
+        profile=measured, load_before=list(load_before), load_after=list(os.getloadavg())))
     return 0
 
 
@@ -203,7 +237,7 @@ def scaling(students: int, assignments: tuple[str, ...], workers: list[int], cou
         count = generate_class(work / "class", students, assignments, released)
         points = {assignment: autograded_points(released[assignment]) for assignment in assignments}
         for jobs in workers:
-            seconds[jobs], sandboxed = ours(work / "class", work / f"out-{jobs}", jobs, points)
+            seconds[jobs], sandboxed, _ = ours(work / "class", work / f"out-{jobs}", jobs, points)
     print(f"{count} notebooks ({students} students x {', '.join(assignments)}), {os.cpu_count()} cores, "
           f"{'sandboxed' if sandboxed else 'NOT sandboxed'}")
     base = workers[0]

@@ -23,10 +23,12 @@ is marked as such, so that it is never kept as a grade (:mod:`autograder.records
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pickle
 import shutil
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,8 @@ from autograder.feedback.escape import report_text
 from autograder.feedback.pages import add_notes, ungraded_page
 from autograder.sandbox import cgroups
 from autograder.sandbox.crossing import AnswerError, read_answer
-from autograder.sandbox.grading_stage import StageRequest
+from autograder.sandbox.grading_stage import StageRequest, students_splits
+from autograder.sandbox.phases import phase_seconds
 from autograder.sandbox.stage import (
     HOME,
     ROOT,
@@ -120,7 +123,7 @@ def _memory_note(task: Task, groups: Groups | None) -> str:
     return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
 
 
-def _start_stage(task: Task, groups: Groups | None) -> StageOutcome:
+def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float]) -> StageOutcome:
     released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
     jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
     size = task.notebook.stat().st_size
@@ -139,16 +142,20 @@ def _start_stage(task: Task, groups: Groups | None) -> StageOutcome:
         request = StageRequest(task, released, str(root), False, size, kernel_group)
         argv = [sys.executable, "-m", "autograder.sandbox"]
         environment, cwd = stage_environment(jupyter, str(root / "home")), str(root)
-    return run_stage(
+    marks["spawned"] = time.monotonic()
+    outcome = run_stage(
         pickle.dumps(request), argv, environment, task.limits, cwd=cwd,
         join_group=None if groups is None else groups.stage.join,
     )
+    marks["exited"] = time.monotonic()
+    return outcome
 
 
 def grade_task(task: Task) -> Result:
     """Grade one submission in its grading stage; never raises."""
     log: list[str] = []  # lines already marked (log_lines)
     groups = None
+    marks: dict[str, float] = {"begun": time.monotonic()}
     try:
         task.directory.mkdir(parents=True, exist_ok=True)
         try:
@@ -156,8 +163,13 @@ def grade_task(task: Task) -> Result:
         except OSError as error:
             log += log_lines("grader", f"the kernel's control group could not be made: {error}")
             return write_ungraded(task, "the grader could not make the kernel's control group", grader_failure=True)
-        outcome = _start_stage(task, groups)
-        return _accept(task, outcome, _memory_note(task, groups), log)
+        # The expected values of this student's varied items are computed here, not in the stage: they need torch,
+        # which a worker imports once, where each stage would import it again.
+        task = dataclasses.replace(task, student_splits=students_splits(task))
+        outcome = _start_stage(task, groups, marks)
+        result = _accept(task, outcome, _memory_note(task, groups), log, marks)
+        marks["done"] = time.monotonic()
+        return dataclasses.replace(result, seconds=phase_seconds(marks))
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)
         log += log_lines("grader", traceback.format_exc())
         return write_ungraded(task, GRADER_FAILURE, grader_failure=True)
@@ -170,7 +182,7 @@ def grade_task(task: Task) -> Result:
         shutil.rmtree(task.directory, ignore_errors=True)
 
 
-def _accept(task: Task, outcome: StageOutcome, memory_note: str, log: list[str]) -> Result:
+def _accept(task: Task, outcome: StageOutcome, memory_note: str, log: list[str], marks: dict[str, float]) -> Result:
     """The result of a stage's ``outcome``, its files written; see the module docstring."""
     errors = outcome.errors.decode("utf-8", "backslashreplace")
     stage_errors = [
@@ -188,6 +200,8 @@ def _accept(task: Task, outcome: StageOutcome, memory_note: str, log: list[str])
             return write_ungraded(task, memory_note)
         log += log_lines("grader", f"its answer was refused: {error}")
         return write_ungraded(task, GRADER_FAILURE, grader_failure=True)
+    marks.update(answer.marks)
+    marks["received"] = time.monotonic()
     log += log_lines("nbgrader", answer.log)
     if answer.kernel_log:
         log += log_lines(

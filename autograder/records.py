@@ -111,4 +111,5 @@ def result_from_json(fields: dict) -> Result:
         list(fields["notes"]),
         reason,
         bool(fields.get("grader_failure", old_failure)),
+        {str(name): float(seconds) for name, seconds in fields.get("seconds", {}).items()},
     )

@@ -51,6 +51,8 @@ class Result:
     # True when the grader, not the submission, failed (a worker died, the grader raised, a disk was full, the
     # kernel's control group could not be made): the result is reported but never reused as a grade.
     grader_failure: bool = False
+    # Seconds of each phase of this submission's grading (autograder.sandbox.phases), for the bench's profile.
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -76,6 +78,10 @@ class Task:
     log: Path
     timeout: int | None
     splits: dict[str, Split] = field(default_factory=dict)  # test cells decided in the grader, by grade_id
+    # The splits with this student's expected values, and their parameters in words, by grade_id: computed by
+    # the worker (autograder.pipeline), where torch stays imported from one submission to the next; empty: the
+    # grading stage computes them.
+    student_splits: dict[str, tuple[Split, str]] = field(default_factory=dict)
     marker: str = ""
     hidden: tuple[str, ...] = ()  # paths the kernel must not see
     limits: Limits = field(default_factory=Limits)

@@ -496,7 +496,7 @@ def test_a_stage_that_failed_gives_zero_and_says_whose_failure_it_was(tmp_path, 
     from autograder.pipeline import _accept
 
     log: list[str] = []
-    result = _accept(_task(tmp_path), outcome, "", log)
+    result = _accept(_task(tmp_path), outcome, "", log, {})
     assert (result.score, result.reason, result.grader_failure) == (0.0, reason, grader_failure)
     assert [item.status for item in result.items] == ["not graded", "not graded"]
     assert "a note of the intake" in result.notes
@@ -510,7 +510,7 @@ def test_a_stage_answer_becomes_the_result_and_its_page_starts_with_the_policy(t
 
     answer = _answer(feedback="<html><head><script>alert(1)</script></head><body><p>page</p></body></html>")
     outcome = stage.StageOutcome(json.dumps(answer).encode("ascii"), b"", 0)
-    result = _accept(_task(tmp_path), outcome, "", [])
+    result = _accept(_task(tmp_path), outcome, "", [], {})
     assert (result.score, result.reason, result.grader_failure) == (2.0, None, False)
     page = (tmp_path / "f.html").read_text()
     assert page.index(CSP_META) < page.index("<script>")  # the policy comes before any byte the stage wrote

@@ -15,7 +15,9 @@ bounded size (the stage's standard output is cut at :data:`autograder.sandbox.st
   :data:`OUTPUT_TYPES` with typed metadata (:func:`check_autograded`);
 - ``log``: text for the instructor's log file (nbgrader's log), and ``kernel_log``: the end of what the kernel
   wrote, each at most :data:`MAX_LOG` characters; the worker escapes and marks every line of both
-  (:mod:`autograder.pipeline`).
+  (:mod:`autograder.pipeline`);
+- ``marks``: the moments the stage marked, names from :data:`autograder.sandbox.phases.STAGE_MARKS` and finite
+  numbers (:func:`autograder.sandbox.phases.checked_stage_marks`), used for the bench's profile only.
 
 Anything else (another key, a wrong type, a number out of range, a grade_id the release does not have) makes
 the whole answer a failure of the grader for that submission: never kept as a grade
@@ -28,6 +30,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from autograder.sandbox.phases import checked_stage_marks
 from autograder.types import Item, LayoutItem
 
 STATUSES = frozenset({"passed", "failed", "manual"})
@@ -39,7 +42,7 @@ MAX_PAGE = 48 * 1024 * 1024
 MAX_NOTEBOOK = 40 * 1024 * 1024
 MAX_LOG = 512 * 1024
 KEYS = frozenset(
-    {"items", "notes", "reason", "failure", "feedback", "autograded", "log", "kernel_log", "kernel_failed"}
+    {"items", "notes", "reason", "failure", "feedback", "autograded", "log", "kernel_log", "kernel_failed", "marks"}
 )
 OUTPUT_TYPES = frozenset({"text/plain", "text/html", "image/png", "image/jpeg"})
 IMAGE_METADATA = frozenset({"width", "height"})
@@ -64,6 +67,7 @@ class Answer:
     log: str = ""
     kernel_log: str = ""
     kernel_failed: bool = False
+    marks: dict[str, float] = field(default_factory=dict)  # moments of the stage (autograder.sandbox.phases)
 
 
 def _text(value: object, limit: int, what: str) -> str:
@@ -125,6 +129,10 @@ def read_answer(data: bytes, layout: tuple[LayoutItem, ...]) -> Answer:
         kernel_log=_text(value.get("kernel_log", ""), MAX_LOG, "the kernel's log"),
         kernel_failed=value.get("kernel_failed", False) is True,
     )
+    try:
+        answer.marks = checked_stage_marks(value.get("marks", {}))
+    except ValueError as error:
+        raise AnswerError(str(error)) from error
     if answer.failure is None and answer.reason is None:
         answer.items = _items(value.get("items"), layout)
         if answer.feedback is None or answer.autograded is None:

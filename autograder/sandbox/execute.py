@@ -37,6 +37,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from autograder.sandbox import phases
 from autograder.verdicts.verdict import REPORT_MIME
 
 OUTPUT_MESSAGES = frozenset({"stream", "display_data", "execute_result", "update_display_data", "error"})
@@ -124,7 +125,19 @@ class CappedExecute(Execute):
             text = f"this cell was not run: the notebook ran for its {self.notebook_seconds} seconds in all"
             cell.outputs = [new_output("error", ename="NotebookTimeCap", evalue=text, traceback=[text])]
             return cell, resources
-        return super().preprocess_cell(cell, resources, index)
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        finally:
+            phases.mark("cells_done")  # the last cell's end, before the kernel is shut down
+
+    def start_new_kernel(self, **kwargs):
+        phases.mark("kernel_starting")
+        return super().start_new_kernel(**kwargs)
+
+    def start_new_kernel_client(self):
+        client = super().start_new_kernel_client()
+        phases.mark("kernel_started")
+        return client
 
     def create_kernel_manager(self):
         manager = super().create_kernel_manager()

@@ -33,6 +33,7 @@ import nbformat
 
 from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
+from autograder.sandbox import phases
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
@@ -64,10 +65,11 @@ def grade_in_stage(request: StageRequest) -> dict:
     a failure of the grader's own code is answered as ``{"failure": ...}``."""
     log: list[str] = []
     try:
-        return _grade(request, log)
+        answer = _grade(request, log)
     except Exception:  # noqa: BLE001 (the worker turns it into a grader failure, never kept as a grade)
         log.append(traceback.format_exc())
-        return {"failure": "the grader failed on this submission (see its log)", "log": _joined(log)}
+        answer = {"failure": "the grader failed on this submission (see its log)", "log": _joined(log)}
+    return {**answer, "marks": dict(phases.MARKS)}
 
 
 def _grade(request: StageRequest, log: list[str]) -> dict:
@@ -77,10 +79,12 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     from autograder.feedback.template import exporter_config
     from autograder.student.sanitize import prepare
 
+    phases.mark("imported")
     task = request.task
     root = Path(request.root)
     released = nbformat.read(request.released, as_version=4)
     prepared = prepare(task.notebook, released)
+    phases.mark("read")
     notes = list(prepared.notes)
     if prepared.notebook is None:
         return {"reason": prepared.reason or "unknown", "notes": notes, "log": _joined(log)}
@@ -94,6 +98,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     # Under the release's name, whatever the student called the file: nbgrader grades the notebook of its source.
     (submitted / f"{task.assignment}.ipynb").write_bytes(nbformat.writes(prepared.notebook).encode("utf-8"))
     kernel = _set_kernel_sandbox(request, root)
+    phases.mark("copied")
     try:
         log.append(_nbgrader_step(Autograde, course_root, task, kernel, **_autograde_config(task.limits)))
     except NbgraderError as error:
@@ -102,16 +107,20 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
             "reason": _failure_reason(str(error)), "notes": notes, "log": _joined(log), "kernel_failed": True,
             "kernel_log": _kernel_log_tail(kernel),
         }
+    phases.mark("autograded")
     notes += _timeout_notes(log[-1])
     if note := parameters_note(task):
         notes.append(note)
     decided = _decide_outside_kernel(course_root, task)
     items = _items_from_gradebook(course_root, task, decided)
+    phases.mark("decided")
     autograded = course_root / "autograded" / task.student / task.assignment / f"{task.assignment}.ipynb"
     autograded.chmod(0o600)  # nbgrader leaves it read-only, and the stage holds no capability to override that
     sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
     _show_verdicts(autograded, decided)
+    phases.mark("rebuilt")
     log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter=exporter_config()))
+    phases.mark("page")
     page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
     return {
         "items": [dataclasses.asdict(item) for item in items],
@@ -281,7 +290,7 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
         for grade_id, split in task.splits.items():
             cell = cells.get(grade_id)
             reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
-            split, parameters = _for_this_student(task, grade_id, split)
+            split, parameters = task.student_splits.get(grade_id) or _for_this_student(task, grade_id, split)
             passed, message = decide(
                 split, reports, problem or kernel_errors.get(grade_id), withhold=task.withhold_answers
             )
@@ -312,6 +321,11 @@ def _show_verdicts(autograded: Path, decided: dict[str, str]) -> None:
                 "error", ename=VERDICT_NAME, evalue=message, traceback=[f"{VERDICT_NAME}: {message}"]
             ))
     nbformat.write(notebook, autograded)
+
+
+def students_splits(task: Task) -> dict[str, tuple[Split, str]]:
+    """Every split of ``task`` as :func:`_for_this_student` gives it, by grade_id."""
+    return {grade_id: _for_this_student(task, grade_id, split) for grade_id, split in task.splits.items()}
 
 
 def _for_this_student(task: Task, grade_id: str, split: Split) -> tuple[Split, str]:
