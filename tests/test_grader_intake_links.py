@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import zipfile
@@ -24,7 +26,7 @@ from hypothesis import strategies as st
 from autograder.course_directory import copy_exchange_files
 from autograder.grade import _record_key
 from autograder.intake.submissions import collect
-from autograder.student import safe_files
+from autograder.student import safe_files, sanitize
 from autograder.student.safe_files import Folder, Refused
 from autograder.student.sanitize import read_notebook
 
@@ -310,7 +312,44 @@ def test_the_walk_stops_at_its_bounds_with_warnings(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------- read_notebook (check, prepare)
 
 
-def test_read_notebook_refuses_links_pipes_and_files_over_the_cap(tmp_path):
+def _never(*arguments):
+    raise AssertionError("a folder was opened where files are read by path")
+
+
+def test_a_file_replaced_between_its_lookup_and_its_open_is_not_read(tmp_path, monkeypatch):
+    first, second = _put(tmp_path / "a.ipynb"), _put(tmp_path / "b.ipynb")
+    real_open = os.open
+
+    def swapping_open(path, flags, *arguments, **keywords):
+        if Path(path) == first:
+            os.replace(second, first)  # a new file under the name looked up
+        return real_open(path, flags, *arguments, **keywords)
+
+    monkeypatch.setattr(safe_files.os, "open", swapping_open)
+    with pytest.raises(safe_files.Refused, match="was replaced while it was opened"):
+        safe_files.read_by_path(first, 1000)
+
+
+def test_the_students_side_imports_where_os_lacks_posixs_open_flags():
+    # As on Windows: no O_NOFOLLOW, O_DIRECTORY, O_CLOEXEC, O_NOCTTY or O_NONBLOCK, no descriptor-relative open.
+    code = (
+        "import os\n"
+        "for name in ('O_NOFOLLOW', 'O_DIRECTORY', 'O_CLOEXEC', 'O_NOCTTY', 'O_NONBLOCK'):\n"
+        "    delattr(os, name)\n"
+        "os.supports_dir_fd = set()\n"
+        "import autograder.student.check, autograder.student.received\n"
+        "from autograder.student import safe_files\n"
+        "print(safe_files.DESCRIPTOR_RELATIVE)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert (completed.returncode, completed.stdout.strip()) == (0, "False"), completed.stderr[-2000:]
+
+
+@pytest.mark.parametrize("opened", ["relative to the folder", "by path, as on Windows"])
+def test_read_notebook_refuses_links_pipes_and_files_over_the_cap(tmp_path, monkeypatch, opened):
+    # A student's own check on a system without descriptor-relative opens reads by path, with the same refusals.
+    monkeypatch.setattr(sanitize, "DESCRIPTOR_RELATIVE", opened == "relative to the folder")
+    monkeypatch.setattr(safe_files.Folder, "open", _never if opened != "relative to the folder" else safe_files.Folder.open)
     real = _put(tmp_path / "real.ipynb")
     _link(tmp_path / "link.ipynb", real)
     os.mkfifo(tmp_path / "pipe.ipynb")

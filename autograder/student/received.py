@@ -23,7 +23,7 @@ MEGABYTE = 1024**2
 DEFAULT_MAX_CLASS_BYTES = 2048 * MEGABYTE
 RESERVED_FREE_BYTES = 256 * MEGABYTE  # the template course, the kernels' view, each task's folder
 CHUNK_BYTES = MEGABYTE
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def free_bytes(folder: Path) -> int:

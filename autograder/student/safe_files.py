@@ -38,8 +38,21 @@ MAX_ENTRIES_PER_FOLDER = 10_000
 MAX_DEPTH = 16  # folders below the tree's root
 MAX_TOTAL_ENTRIES = 200_000
 _READ_CHUNK = 1024**2
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-_FOLDER_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _flags(*names: str) -> int:
+    """``os.O_RDONLY`` with the named flags of ``os`` that this system has (Windows lacks POSIX's)."""
+    value = os.O_RDONLY
+    for name in names:
+        value |= getattr(os, name, 0)
+    return value
+
+
+_FILE_FLAGS = _flags("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_NOCTTY")
+_FOLDER_FLAGS = _flags("O_NOFOLLOW", "O_DIRECTORY", "O_CLOEXEC")
+DESCRIPTOR_RELATIVE = os.open in os.supports_dir_fd and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
+"""Whether files can be opened relative to a folder's descriptor without following a link (Linux, macOS): the
+grader's machine must; a student's own check falls back to :func:`read_by_path` where it cannot."""
 _ONLY_FILES = "only regular files are read"
 HARD_LINK = "files with more than one name are not read, like symbolic links"
 MOUNT_POINT = "is a mount point (another file system); mount points in a class's folder are not entered"
@@ -139,7 +152,7 @@ class Folder:
         Raises:
             OSError: ``path`` is no folder or cannot be opened.
         """
-        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        return cls(os.open(path, _flags("O_DIRECTORY", "O_CLOEXEC")))
 
     def __enter__(self) -> Self:
         return self
@@ -295,6 +308,35 @@ def account_name(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
     except KeyError:
         return f"uid {uid} (no account)"
+
+
+def read_by_path(path: Path, cap: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``cap`` of them, where :data:`DESCRIPTOR_RELATIVE` is
+    false: ``path`` is looked up without following a link in its last name and refused as :meth:`Folder.read`
+    refuses, then opened, and read only when the open file is the one looked up. Meant for a student reading
+    their own notebook (``python -m autograder check``); the grader reads a class with :class:`Folder` only.
+
+    Raises:
+        Refused: as :meth:`Folder.read`, or the file was replaced between the lookup and the open.
+    """
+    name = Path(path).name
+    try:
+        looked_up = os.lstat(path)
+    except OSError as error:
+        raise Refused(name, _could_not("found", error)) from error
+    if why := _not_a_regular_file(looked_up.st_mode):
+        raise Refused(name, why)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except OSError as error:
+        raise Refused(name, _could_not("opened", error)) from error
+    try:
+        opened = os.fstat(descriptor)
+        if (opened.st_dev, opened.st_ino) != (looked_up.st_dev, looked_up.st_ino):
+            raise Refused(name, "was replaced while it was opened; only the file looked up is read")
+        return _read_open_file(descriptor, name, cap)
+    finally:
+        os.close(descriptor)
 
 
 def _read_open_file(descriptor: int, name: str, cap: int) -> bytes:

@@ -30,7 +30,7 @@ from typing import Any
 import nbformat
 from nbformat import NotebookNode
 
-from autograder.student.safe_files import Folder, Refused
+from autograder.student.safe_files import DESCRIPTOR_RELATIVE, Folder, Refused, read_by_path
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -77,8 +77,11 @@ def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
     :data:`MAX_NOTEBOOK_BYTES` bytes is read (its size is checked on the open file, before reading).
     """
     try:
-        with Folder.open(path.parent) as folder:
-            content = folder.read(path.name, MAX_NOTEBOOK_BYTES)
+        if DESCRIPTOR_RELATIVE:
+            with Folder.open(path.parent) as folder:
+                content = folder.read(path.name, MAX_NOTEBOOK_BYTES)
+        else:  # a student's own machine without descriptor-relative opens (Windows)
+            content = read_by_path(path, MAX_NOTEBOOK_BYTES)
     except Refused as error:
         return None, f"the file {error.why}"
     except OSError as error:
