@@ -713,9 +713,12 @@ def plot_curves_with_spread(
     boundary_label: str | None = None,
     references: Mapping[str, Any] | None = None,
     ylim: tuple[float, float] | None = None,
+    spread: str = "band",
 ) -> Figure:
-    """Curves over several runs: for each label the mean over runs as a line and the band from the smallest to
-    the largest run at each ``x``, in a grid of panels that share their axes and one legend.
+    """Curves over several runs: for each label the mean over runs as a line and, at each ``x``, the band from the
+    smallest to the largest run (``spread="band"``) or every run as a thin line of the same colour
+    (``spread="runs"``: a bimodal set of seeds shows as two bundles), in a grid of panels that share their axes
+    and one legend.
 
     Args:
         x: 1-D array of abscissae, shared by every curve.
@@ -728,16 +731,19 @@ def plot_curves_with_spread(
         references: label -> 1-D array of ``len(x)`` ordinates drawn dotted in black in every panel (e.g. the
             entropy of uniform attention).
         ylim: the vertical range of every panel.
+        spread: ``"band"`` or ``"runs"`` (see above).
 
     Returns:
         A figure with one axes per panel (unused cells of the grid removed); in each, per curve one line (the
-        mean) and one filled band (min to max over runs).
+        mean), then one filled band (min to max over runs) or one thin line per run, unlabelled.
 
     Raises:
-        ValueError: if ``panels`` or a panel is empty, ``columns`` is not a positive int, or an array's shape
-            does not match ``x``.
+        ValueError: if ``panels`` or a panel is empty, ``columns`` is not a positive int, an array's shape
+            does not match ``x``, or ``spread`` is neither ``"band"`` nor ``"runs"``.
     """
     _check_not_empty("panels", panels)
+    if spread not in ("band", "runs"):
+        raise ValueError(f"spread must be 'band' or 'runs', got {spread!r}")
     abscissae = _as_array("x", x, ndim=1)
     rows, columns = _grid_shape(len(panels), columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.6, 2.8 * rows + 0.4),
@@ -754,9 +760,12 @@ def plot_curves_with_spread(
                 labels.append(label)
             colour = colours[labels.index(label) % len(colours)]
             (line,) = axis.plot(abscissae, runs.mean(axis=0), color=colour, marker="o", markersize=2.5,
-                                linewidth=1.2, label=label)
+                                linewidth=1.8 if spread == "runs" else 1.2, label=label)
             handles.setdefault(label, line)
-            if runs.shape[0] > 1:
+            if spread == "runs" and runs.shape[0] > 1:
+                for run in runs:
+                    axis.plot(abscissae, run, color=colour, linewidth=0.5, alpha=0.45, label="_run")
+            elif runs.shape[0] > 1:
                 axis.fill_between(abscissae, runs.min(axis=0), runs.max(axis=0), color=colour, alpha=0.15,
                                   linewidth=0)
         for label, values in (references or {}).items():

@@ -5,15 +5,19 @@ import math
 import pytest
 
 from posenc_ref.lab.comparisons import (
+    NOT_COMPARED,
     LiteratureClaim,
     agreement,
+    compared_only,
     findings,
     group_runs,
     literature_verdicts,
+    may_be_ordered,
     order_sentence,
     reproductions,
     scores_by_kind,
     size_ranges,
+    threshold_sensitivity,
 )
 from posenc_ref.lab.evidence import Comparison
 
@@ -74,13 +78,67 @@ def test_scores_are_paired_by_seed_and_unpaired_kinds_are_refused():
         scores_by_kind(unpaired, "copy", "decoder", (5, 8))
 
 
-def study(beyond_by_kind):
-    """Runs of kinds whose beyond-range score per seed is given; inside 1.0, far 0."""
+def study(beyond_by_kind, inside_by_kind=None):
+    """Runs of kinds whose beyond-range score per seed is given; far 0, inside 1.0 unless ``inside_by_kind``
+    gives a kind's lowest exact match inside per seed (at size 3; size 4 scores 1.0)."""
     rows = []
     for kind, values in beyond_by_kind.items():
         for seed, value in enumerate(values):
-            rows += rows_of(kind, seed, curve((1.0, 1.0), value, 0.0))
+            inside = (inside_by_kind or {}).get(kind, [1.0] * len(values))[seed]
+            rows += rows_of(kind, seed, curve((inside, 1.0), value, 0.0))
     return group_runs(rows)
+
+
+def test_two_kinds_may_be_ordered_only_when_both_fitted_on_every_seed():
+    runs = study({"t5": [0.9, 0.9, 0.9], "rope": [0.3, 0.3, 0.3], "alibi": [0.5, 0.5, 0.5]},
+                 {"rope": [1.0, 0.98, 1.0], "alibi": [0.995, 0.99, 1.0]})
+    t5, rope, alibi = (runs["copy", "decoder", kind] for kind in ("t5", "rope", "alibi"))
+    assert may_be_ordered(t5, alibi, 0.99)
+    assert not may_be_ordered(t5, rope, 0.99) and not may_be_ordered(rope, t5, 0.99)  # seed 1 of rope: 0.98
+    assert may_be_ordered(t5, rope, 0.95)
+    assert not may_be_ordered(t5, alibi, 0.999)  # alibi's seed 1 has 0.99 at size 3
+    # Only the seeds both ran count: rope without seed 1 fitted on the seeds compared.
+    assert may_be_ordered(t5, {seed: run for seed, run in rope.items() if seed != 1}, 0.99)
+    with pytest.raises(ValueError, match="share no seed"):
+        may_be_ordered({0: t5[0]}, {1: rope[1]}, 0.99)
+
+
+def test_findings_with_a_target_test_only_fitted_pairs_and_correct_only_for_them():
+    # Three kinds, rope unfitted on one seed: of the 3 pairs only t5/alibi is tested, so the family has one
+    # comparison and Holm leaves its p-value as it is.
+    beyond = {"t5": [0.9, 0.8, 0.85, 0.95, 0.9], "alibi": [0.5, 0.6, 0.4, 0.5, 0.45], "rope": [0.2] * 5}
+    runs = study(beyond, {"rope": [1.0, 1.0, 0.5, 1.0, 1.0]})
+    decided = findings(runs, {"beyond": (5, 8)}, target=0.99)
+    assert len(decided) == 3
+    compared = compared_only(decided)
+    assert [(c.higher, c.lower) for c in compared] == [("t5", "alibi")]
+    (pair,) = compared
+    # Paired differences 0.4, 0.2, 0.45, 0.45, 0.45: mean 0.39, sd 0.10840, t = 8.0449 on 4 degrees of freedom;
+    # P(|T_4| >= t) = 1 - (x + x (1 - x^2) / 2)... computed in closed form for even df:
+    # P(|T| < t) = sin(theta) (1 + cos^2(theta) / 2) with theta = atan(t / 2).
+    differences = [0.4, 0.2, 0.45, 0.45, 0.45]
+    mean = sum(differences) / 5
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / 4)
+    theta = math.atan(mean / (sd / math.sqrt(5)) / 2)
+    expected = 1 - math.sin(theta) * (1 + math.cos(theta) ** 2 / 2)
+    assert pair.p_value == pytest.approx(expected, rel=1e-9) and pair.adjusted_p == pair.p_value
+    assert pair.finding and (pair.seeds_on_side, pair.seeds) == (5, 5)
+    left_out = [c for c in decided if c not in compared]
+    assert {(c.higher, c.lower) for c in left_out} == {("t5", "rope"), ("alibi", "rope")}
+    assert all(not c.finding and math.isnan(c.p_value) and c.reason == f"{NOT_COMPARED}: rope fitted 4 of 5"
+               for c in left_out)
+    # Without a target all three pairs form the family (the page's former rule).
+    assert len(compared_only(findings(runs, {"beyond": (5, 8)}))) == 3
+
+
+def test_threshold_sensitivity_decides_each_threshold_as_its_own_family():
+    beyond = {"t5": [0.9, 0.8, 0.85, 0.95, 0.9], "alibi": [0.5, 0.6, 0.4, 0.5, 0.45], "rope": [0.2] * 5}
+    runs = study(beyond, {"rope": [1.0, 1.0, 0.97, 1.0, 1.0], "alibi": [0.995] * 5})
+    table = threshold_sensitivity(runs, {"beyond": (5, 8)}, (0.95, 0.99, 0.999))
+    # 0.95: every kind fitted, 3 pairs; 0.99: rope out; 0.999: alibi out too.
+    assert table[0.95] == {"compared": 3, "orderings": 3, "not compared": 0}
+    assert table[0.99] == {"compared": 1, "orderings": 1, "not compared": 2}
+    assert table[0.999] == {"compared": 0, "orderings": 0, "not compared": 3}
 
 
 def test_findings_order_kinds_by_a_corrected_paired_test_with_a_margin_and_a_floor():
@@ -121,6 +179,20 @@ def test_order_sentence_names_the_findings_and_counts_the_rest():
     assert nothing == "No pair is ordered (1 pairs)."
 
 
+def test_order_sentence_gives_sign_counts_and_counts_the_pairs_not_compared():
+    comparisons = [
+        Comparison("t", "t5", "rope", 0.6, 0.0, 0.0, True, "", seeds_on_side=10, seeds=10),
+        Comparison("t", "t5", "none", 0.8, 0.0, 0.0, True, "", seeds_on_side=9, seeds=10),
+        Comparison("t", "rope", "none", 0.2, math.nan, math.nan, False, f"{NOT_COMPARED}: none fitted 0 of 10"),
+    ]
+    means = {"none": 0.1, "t5": 0.9, "rope": 0.3}
+    assert order_sentence(comparisons, means, signs=True) == (
+        "T5 lies above rope (10 of 10 seeds) and none (9 of 10 seeds). The other 1 pairs are not ordered: "
+        "1 not compared (a kind did not fit on every seed).")
+    assert order_sentence(comparisons[2:], means) == (
+        "No pair is ordered (1 pairs, 1 of them not compared: a kind did not fit on every seed).")
+
+
 def test_agreement_reads_each_finding_in_another_run():
     study_runs = study({"t5": [0.9] * 5, "rope": [0.3] * 5, "alibi": [0.1] * 5})
     decided = findings(study_runs, {"beyond": (5, 8)})
@@ -154,7 +226,9 @@ def test_literature_verdicts_sort_every_table_of_the_pair():
         Comparison("recall/decoder/inside", "none", "alibi", 0.3, 0.0, 0.0, True, ""),
         Comparison("recall/decoder/far", "none", "rope", 0.3, 0.0, 0.0, True, ""),
     ]
+    comparisons.append(Comparison("copy/decoder/far", "alibi", "none", 0.3, math.nan, math.nan, False,
+                                  f"{NOT_COMPARED}: none fitted 0 of 10"))
     claim = LiteratureClaim("Kazemnejad et al. (2023)", higher="none", lower="alibi")
     assert literature_verdicts([claim], comparisons)[claim] == {
         "agrees": ["copy/decoder/beyond"], "disagrees": ["recall/decoder/beyond"],
-        "undecided": ["recall/decoder/far"]}
+        "undecided": ["recall/decoder/far"], NOT_COMPARED: ["copy/decoder/far"]}

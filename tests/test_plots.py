@@ -455,6 +455,23 @@ def test_curves_with_spread_lay_panels_in_a_grid_keep_each_label_in_one_colour_a
     assert figure.axes[0].get_ylabel() == "y" and figure.axes[1].get_ylabel() == ""
 
 
+def test_curves_with_spread_can_draw_every_run_as_a_thin_line_instead_of_a_band():
+    x = [3, 4, 5]
+    runs = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])  # bimodal seeds: a band would hide it
+    figure = plots.plot_curves_with_spread(x, {"copy": {"shaw": runs}}, xlabel="n", ylabel="exact match",
+                                           spread="runs")
+    (axis,) = figure.axes
+    mean, *seeds = axis.get_lines()
+    np.testing.assert_allclose(mean.get_ydata(), [2 / 3, 2 / 3, 1 / 3])
+    assert [list(line.get_ydata()) for line in seeds] == runs.tolist()
+    assert all(line.get_color() == mean.get_color() and line.get_linewidth() < mean.get_linewidth()
+               for line in seeds)
+    assert not axis.collections  # no band
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["shaw"]
+    with pytest.raises(ValueError, match="spread"):
+        plots.plot_curves_with_spread(x, {"copy": {"shaw": runs}}, xlabel="n", ylabel="y", spread="range")
+
+
 def test_curves_with_spread_reject_a_curve_whose_length_differs_from_x_and_bad_columns():
     with pytest.raises(ValueError, match=r"panels\['p'\]\['short'\]"):
         plots.plot_curves_with_spread([1, 2], {"p": {"short": [[1.0], [2.0]]}}, xlabel="x", ylabel="y")

@@ -9,11 +9,18 @@ Its score over a **range** of sizes :math:`a..b` is the mean of its scores at th
 with training sizes up to :math:`L` are :data:`RANGE_NAMES`: inside (``min_train_length .. L``), beyond
 (:math:`L + 1 .. 2L`) and far (:math:`2L + 1 .. 3L`).
 
-A **finding** orders two kinds on one task and range (:func:`findings`): a paired t-test over the seeds (each
-seed trains both kinds on the same examples), Holm-corrected over every comparison of the family, so that the
-chance of one or more false orderings among them all is at most ``alpha``; and an effect-size floor: no
-ordering when the mean difference is below ``margin``, nor between two kinds whose means both lie below
-``floor`` (:func:`posenc_ref.lab.evidence.paired_comparisons`).
+Two kinds are **compared** beyond the training range only when both fitted on every seed compared
+(:func:`may_be_ordered`): a model that has not learned its task inside the training range says nothing about
+longer inputs. A pair with a kind that did not fit is not tested and not counted in the family; it is kept,
+marked "not compared" (:data:`NOT_COMPARED`).
+
+A **finding** orders two compared kinds on one task and range (:func:`findings`): a paired test over the seeds
+(each seed trains both kinds on the same examples), Holm-corrected over every comparison of the family, so that
+the chance of one or more false orderings among them all is at most ``alpha`` when the test's assumptions hold
+(Student's t: the per-seed differences are independent and their mean close to normal; the sign-flip test: each
+difference is as likely to take either sign under no difference); and an effect-size floor: no ordering when
+the mean difference is below ``margin``, nor between two kinds whose means both lie below ``floor``
+(:func:`posenc_ref.lab.evidence.paired_comparisons`).
 
 A finding of one study **holds** in another run of the same grid when that run's paired mean difference over
 its own seeds points the same way and reaches the margin (:func:`agreement`); the live run of the book is too
@@ -22,6 +29,7 @@ small (three seeds) to make findings of its own after correction, but large enou
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -137,6 +145,32 @@ def scores_by_kind(runs: Mapping[Key, Mapping[int, RunScores]], task: str, model
             for kind, by_seed in chosen.items()}
 
 
+NOT_COMPARED = "not compared"
+"""How the ``reason`` of a pair that :func:`findings` did not test begins: a kind did not fit on every seed."""
+
+
+def seeds_fitted(by_seed: Mapping[int, RunScores], target: float) -> int:
+    """How many of one kind's runs fitted (exact match of at least ``target`` at every training size)."""
+    return sum(run.fitted(target) for run in by_seed.values())
+
+
+def may_be_ordered(first: Mapping[int, RunScores], second: Mapping[int, RunScores], target: float) -> bool:
+    """Whether two kinds of one task may be ordered beyond the training range: both fitted on every seed
+    compared, i.e. for every seed :math:`s` that both ran, each run's exact match reaches ``target`` at every
+    training size (:meth:`RunScores.fitted`, the rule of :func:`posenc_ref.lab.results.fitted`).
+
+    A kind that did not learn its task inside the training range says nothing about longer inputs, so no
+    ordering of it is stated, however its scores beyond compare.
+
+    Raises:
+        ValueError: the two kinds share no seed.
+    """
+    seeds = sorted(set(first) & set(second))
+    if not seeds:
+        raise ValueError("the two kinds share no seed")
+    return all(first[seed].fitted(target) and second[seed].fitted(target) for seed in seeds)
+
+
 def table_name(task: str, model: str, range_name: str) -> str:
     """The name of one table of comparisons: ``"recall/decoder/beyond"``."""
     return f"{task}/{model}/{range_name}"
@@ -144,28 +178,85 @@ def table_name(task: str, model: str, range_name: str) -> str:
 
 def findings(runs: Mapping[Key, Mapping[int, RunScores]], ranges: Mapping[str, tuple[int, int]], *,
              measure: str = "exact", alpha: float = 0.05, margin: float = 0.05,
-             floor: float = 0.05, test: str = "t") -> list[Comparison]:
+             floor: float = 0.05, test: str = "t", target: float | None = None) -> list[Comparison]:
     """Every pair of kinds, on every task and model of ``runs`` and every range of ``ranges``, decided as one
     family (see the module docstring) with the paired ``test`` (:data:`~posenc_ref.lab.evidence.PAIRED_TESTS`);
     each :class:`~posenc_ref.evidence.Comparison`'s ``table`` is :func:`table_name`, and it counts the seeds on
-    its side."""
+    its side.
+
+    With a ``target``, only the pairs that :func:`may_be_ordered` allows are tested and make up the family; the
+    others come back untested, ``finding`` false, ``p_value`` and ``adjusted_p`` NaN and a ``reason`` beginning
+    with :data:`NOT_COMPARED` that names the kind(s) that did not fit and on how many seeds they did."""
     pairs = dict.fromkeys((task, model) for task, model, _ in runs)
-    tables = {table_name(task, model, name): scores_by_kind(runs, task, model, sizes, measure)
+    scores = {(task, model, name): scores_by_kind(runs, task, model, sizes, measure)
               for task, model in pairs for name, sizes in ranges.items()}
-    return paired_comparisons(tables, alpha=alpha, margin=margin, floor=floor, test=test)
+    untested: list[Comparison] = []
+    tables: dict[str, dict[str, list[float]]] = {}
+    for (task, model, name), by_kind in scores.items():
+        kinds = list(by_kind)
+        allowed = set(kinds)
+        if target is not None:
+            # Fitting on every seed is a property of each kind, so the pairs that may be ordered are exactly the
+            # pairs of kinds that may be ordered with themselves.
+            allowed = {kind for kind in kinds if may_be_ordered(runs[task, model, kind], runs[task, model, kind],
+                                                                target)}
+            for index, one in enumerate(kinds):
+                for other in kinds[index + 1:]:
+                    if one in allowed and other in allowed:
+                        continue
+                    untested.append(_not_compared(runs, (task, model, name), by_kind, one, other, target))
+        tables[table_name(task, model, name)] = {kind: values for kind, values in by_kind.items() if kind in allowed}
+    tested = paired_comparisons({table: by_kind for table, by_kind in tables.items() if len(by_kind) > 1},
+                                alpha=alpha, margin=margin, floor=floor, test=test)
+    return tested + untested
+
+
+def _not_compared(runs: Mapping[Key, Mapping[int, RunScores]], where: tuple[str, str, str],
+                  by_kind: Mapping[str, Sequence[float]], one: str, other: str, target: float) -> Comparison:
+    task, model, name = where
+    means = {kind: statistics.fmean(by_kind[kind]) for kind in (one, other)}
+    higher, lower = (other, one) if means[other] > means[one] else (one, other)
+    differences = [high - low for high, low in zip(by_kind[higher], by_kind[lower], strict=True)]
+    unfitted = [f"{kind} fitted {seeds_fitted(runs[task, model, kind], target)} of {len(runs[task, model, kind])}"
+                for kind in (one, other) if seeds_fitted(runs[task, model, kind], target) < len(runs[task, model, kind])]
+    return Comparison(table=table_name(task, model, name), higher=higher, lower=lower,
+                      mean_difference=statistics.fmean(differences), p_value=math.nan, adjusted_p=math.nan,
+                      finding=False, reason=f"{NOT_COMPARED}: {', '.join(unfitted)}",
+                      seeds_on_side=sum(difference > 0 for difference in differences), seeds=len(differences))
+
+
+def threshold_sensitivity(runs: Mapping[Key, Mapping[int, RunScores]], ranges: Mapping[str, tuple[int, int]],
+                          targets: Sequence[float], **options: Any) -> dict[float, dict[str, int]]:
+    """How the orderings depend on the fit threshold: for each ``target``, :func:`findings` decided again with
+    it (``options`` as :func:`findings`), ``{target: {"compared": pairs tested, "orderings": findings,
+    "not compared": pairs left out}}``. Each threshold is a family of its own."""
+    result = {}
+    for target in targets:
+        decided = findings(runs, ranges, target=target, **options)
+        compared = compared_only(decided)
+        result[target] = {"compared": len(compared), "orderings": sum(c.finding for c in compared),
+                          "not compared": len(decided) - len(compared)}
+    return result
+
+
+def compared_only(comparisons: Iterable[Comparison]) -> list[Comparison]:
+    """The comparisons of a family: those :func:`findings` tested (not :data:`NOT_COMPARED`)."""
+    return [c for c in comparisons if not c.reason.startswith(NOT_COMPARED)]
 
 
 def order_sentence(comparisons: Sequence[Comparison], means: Mapping[str, float], *,
-                   label: Callable[[str], str] = str) -> str:
+                   label: Callable[[str], str] = str, signs: bool = False) -> str:
     """The orderings of one table in words, kinds in the order of their means: ``"A lies above B and C; B
-    above C. The other 18 pairs are not ordered: 12 by the test, 4 closer than the margin, 2 both near 0."``"""
+    above C. The other 18 pairs are not ordered: 12 by the test, 4 closer than the margin, 2 both near 0, 5 not
+    compared (a kind did not fit on every seed)."``; with ``signs``, each ordered kind is followed by the seeds on
+    the stated side, ``"A lies above B (10 of 10 seeds)"``."""
     order = sorted(means, key=lambda kind: -means[kind])
-    above = {kind: [c.lower for c in comparisons if c.finding and c.higher == kind] for kind in order}
+    above = {kind: [c for c in comparisons if c.finding and c.higher == kind] for kind in order}
     parts = []
     for kind in order:
-        lower = sorted(above[kind], key=order.index)
+        lower = sorted(above[kind], key=lambda c: order.index(c.lower))
         if lower:
-            names = [label(name) for name in lower]
+            names = [label(c.lower) + (f" ({c.seeds_on_side} of {c.seeds} seeds)" if signs else "") for c in lower]
             joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
             parts.append(f"{label(kind)} lies above {joined}")
     not_ordered = [c for c in comparisons if not c.finding]
@@ -173,11 +264,15 @@ def order_sentence(comparisons: Sequence[Comparison], means: Mapping[str, float]
     if not_ordered and parts:
         reasons = {"by the test": sum(c.reason.startswith("adjusted p") for c in not_ordered),
                    "closer than the margin": sum(c.reason.startswith("difference") for c in not_ordered),
-                   "both near 0": sum(c.reason.startswith("both below") for c in not_ordered)}
+                   "both near 0": sum(c.reason.startswith("both below") for c in not_ordered),
+                   "not compared (a kind did not fit on every seed)":
+                       sum(c.reason.startswith(NOT_COMPARED) for c in not_ordered)}
         counted = ", ".join(f"{count} {why}" for why, count in reasons.items() if count)
         text += f" The other {len(not_ordered)} pairs are not ordered: {counted}."
     elif not_ordered:
-        text = text[:-1] + f" ({len(not_ordered)} pairs)."
+        skipped = sum(c.reason.startswith(NOT_COMPARED) for c in not_ordered)
+        text = text[:-1] + f" ({len(not_ordered)} pairs" + (
+            f", {skipped} of them not compared: a kind did not fit on every seed)." if skipped else ").")
     return text[0].upper() + text[1:] if text[0].islower() else text
 
 
@@ -254,17 +349,20 @@ class LiteratureClaim:
 def literature_verdicts(claims: Sequence[LiteratureClaim], comparisons: Sequence[Comparison],
                         ranges: Sequence[str] = ("beyond", "far")) -> dict[LiteratureClaim, dict[str, list[str]]]:
     """For each claim, the tables (task/model/range, ranges among ``ranges``) where the study agrees (a finding in
-    the claim's direction), disagrees (a finding in the other) or does not decide:
-    ``{claim: {"agrees": [...], "disagrees": [...], "undecided": [...]}}``."""
+    the claim's direction), disagrees (a finding in the other), does not decide, or did not compare the pair
+    because a kind did not fit on every seed (:data:`NOT_COMPARED`):
+    ``{claim: {"agrees": [...], "disagrees": [...], "undecided": [...], "not compared": [...]}}``."""
     verdicts = {}
     for claim in claims:
-        verdict: dict[str, list[str]] = {"agrees": [], "disagrees": [], "undecided": []}
+        verdict: dict[str, list[str]] = {"agrees": [], "disagrees": [], "undecided": [], NOT_COMPARED: []}
         for comparison in comparisons:
             if {comparison.higher, comparison.lower} != {claim.higher, claim.lower}:
                 continue
             if comparison.table.split("/")[2] not in ranges:
                 continue
-            if not comparison.finding:
+            if comparison.reason.startswith(NOT_COMPARED):
+                verdict[NOT_COMPARED].append(comparison.table)
+            elif not comparison.finding:
                 verdict["undecided"].append(comparison.table)
             elif comparison.higher == claim.higher:
                 verdict["agrees"].append(comparison.table)
