@@ -295,3 +295,23 @@ def test_the_directory_size_of_a_small_zip_is_its_headers(tmp_path):
     assert directory_bytes(archive) == 2 * (46 + len("ana/04_relative/04_relative.ipynb"))
     (tmp_path / "not-a-zip.zip").write_bytes(b"just text")
     assert directory_bytes(tmp_path / "not-a-zip.zip") is None
+
+
+def test_the_directory_size_is_read_from_the_record_zipfile_reads(tmp_path):
+    """An end record whose directory-offset field holds the record's own signature: a search backwards for the
+    signature lands inside the record; zipfile finds the record, ignores the offset and reads the directory."""
+    from autograder.intake.zip_tree import directory_bytes
+
+    archive = tmp_path / "forged.zip"
+    names = [f"{number:040d}" for number in range(50)]
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for name in names:
+            bundle.writestr(name, "")
+    data = bytearray(archive.read_bytes())
+    end = len(data) - 22  # no comment: the 22-byte record ends the file
+    assert data[end:end + 4] == b"PK\x05\x06"
+    data[end + 16:end + 20] = b"PK\x05\x06"  # the directory's offset field
+    archive.write_bytes(bytes(data))
+    with zipfile.ZipFile(archive) as bundle:
+        assert [member.filename for member in bundle.infolist()] == names  # zipfile reads it all the same
+    assert directory_bytes(archive) == 50 * (46 + 40)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import lzma
 import stat
-import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -37,9 +36,6 @@ MAX_NAME_BYTES = 255
 # end records before it is parsed, room for MAX_ZIP_MEMBERS members of 300 bytes (a 46-byte header, a name,
 # the usual extra fields), so that at most about 130,000 of the smallest members are ever parsed.
 MAX_DIRECTORY_BYTES = 300 * MAX_ZIP_MEMBERS
-_END = struct.Struct("<4s4H2LH")  # end of central directory: signature .. directory's size, offset, comment
-_ZIP64_LOCATOR = struct.Struct("<4sLQL")
-_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
 READABLE_METHODS = {
     zipfile.ZIP_STORED: "stored",
     zipfile.ZIP_DEFLATED: "deflate",
@@ -190,27 +186,14 @@ def _kind(member: zipfile.ZipInfo) -> str:
 
 def directory_bytes(archive: Path) -> int | None:
     """The size of the zip's directory of members as its end records declare it (the zip64 record's where
-    the classic one says so), read from the end of the file before anything parses the directory; None when no
-    end record is found (then zipfile says the file is no zip)."""
+    the classic one says so), read before anything parses the directory; None when no end record is found
+    (zipfile then says the file is no zip).
+
+    The end records are found by zipfile's own search (``zipfile._EndRecData``, which ``ZipFile`` calls
+    before it reads exactly this many bytes of directory), not by one of this module's: a search of its own
+    could be led to another record than zipfile's (a field of the real record that holds the record's
+    signature), and then check a size that zipfile never reads.
+    """
     with open(archive, "rb") as handle:
-        size = handle.seek(0, 2)
-        tail_start = max(0, size - _END.size - 0xFFFF)  # the record, and a comment of at most 65,535 bytes
-        handle.seek(tail_start)
-        tail = handle.read()
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) - at < _END.size:
-            return None
-        fields = _END.unpack_from(tail, at)
-        entries, declared = fields[4], fields[5]
-        if entries != 0xFFFF and declared != 0xFFFFFFFF:
-            return declared
-        locator_at = tail_start + at - _ZIP64_LOCATOR.size
-        if locator_at < 0:
-            return declared
-        handle.seek(locator_at)
-        signature, _, end_offset, _ = _ZIP64_LOCATOR.unpack(handle.read(_ZIP64_LOCATOR.size))
-        if signature != b"PK\x06\x07" or end_offset > size - _ZIP64_END.size:
-            return declared
-        handle.seek(end_offset)
-        record = _ZIP64_END.unpack(handle.read(_ZIP64_END.size))
-        return record[8] if record[0] == b"PK\x06\x06" else declared
+        record = zipfile._EndRecData(handle)  # the search ZipFile itself makes
+    return None if record is None else record[zipfile._ECD_SIZE]
