@@ -213,7 +213,8 @@ def _collect_command(arguments: argparse.Namespace) -> int:
     for warning in collected.warnings:
         print(report_text(f"warning: {warning}"))
     for student, name in sorted(collected.accepted.items()):
-        print(report_text(f"collected {student}: {name}"))
+        late = collected.late.get(student)
+        print(report_text(f"collected {student}: {name}" + (f" (LATE: {late} after the deadline)" if late else "")))
     for name, reason in collected.refused:
         print(report_text(f"refused {name}: {reason}"))
     print(

@@ -123,7 +123,9 @@ def test_links_of_either_kind_another_owners_file_and_the_deadline_are_refused(t
     _give(hard, bob)
     planted = _inbound_folder(inbound, "bob", "2026-01-03 11:00:00.000000 UTC", bob)
     os.chown(planted / f"{ASSIGNMENT}.ipynb", impostor, impostor)
-    (inbound / f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC").symlink_to(honest)
+    bobs_link = inbound / f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC"
+    bobs_link.symlink_to(honest)
+    os.lchown(bobs_link, bob, bob)  # Bob's own link: refused as a link (another account's is refused as such)
 
     completed = _collect(exchange, roster, out, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
@@ -186,17 +188,51 @@ def test_a_flood_of_names_in_inbound_pushes_no_student_out(tmp_path, accounts):
     assert "12001 other names in the inbound folder" in completed.stdout, completed.stdout
 
 
-def test_more_submissions_than_the_listing_keeps_collect_nothing_and_say_so(tmp_path, accounts, monkeypatch):
+def test_a_student_past_the_listings_cap_is_refused_alone_and_names_of_other_accounts_stop_nobody(
+        tmp_path, accounts, monkeypatch):
     from autograder.intake import exchange as exchange_module
 
     inbound = tmp_path / "exchange" / COURSE / "inbound"
     for hour in range(3):
         _inbound_folder(inbound, "alice", f"2026-01-01 1{hour}:00:00.000000 UTC", accounts["alice"][1])
-    monkeypatch.setattr(exchange_module, "MAX_ROSTER_SUBMISSIONS", 1)  # two rostered students: two names
+    _inbound_folder(inbound, "bob", "2026-01-01 10:00:00.000000 UTC", accounts["bob"][1], b'{"bob": 1}')
+    for minute in range(5):  # another account floods names after Bob: refused there and then, not counted as his
+        _inbound_folder(inbound, "bob", f"2026-01-01 11:0{minute}:00.000000 UTC", accounts["impostor"][1])
+    monkeypatch.setattr(exchange_module, "MAX_ROSTER_SUBMISSIONS", 2)
+    monkeypatch.setattr(exchange_module, "MAX_NAMED_IMPOSTORS", 3)
     roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
-    with pytest.raises(ValueError, match="more than 2 submissions of 04_relative named after students of the roster"):
-        exchange_module.collect(tmp_path / "exchange", COURSE, ASSIGNMENT, roster, tmp_path / "out")
+    collected = exchange_module.collect(tmp_path / "exchange", COURSE, ASSIGNMENT, roster, tmp_path / "out")
+    assert collected.accepted == {"bob": f"bob+{ASSIGNMENT}+2026-01-01 10:00:00.000000 UTC"}
+    assert (tmp_path / "out" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"bob": 1}'
     assert not (tmp_path / "out" / "alice").exists()
+    reasons = dict(collected.refused)
+    assert reasons[f"alice+{ASSIGNMENT}+..."].startswith(f"3 submissions of {ASSIGNMENT} owned by")
+    assert "nothing of this student's was collected" in reasons[f"alice+{ASSIGNMENT}+..."]
+    named = [name for name, why in collected.refused if f"but is owned by '{accounts['impostor'][0]}'" in why]
+    assert len(named) == 3 and all(name.startswith("bob+") for name in named)
+    assert "2 more folders named after students of the roster but owned by other accounts were refused" in (
+        collected.warnings)
+
+
+def test_an_old_name_on_late_work_is_recorded_late(tmp_path, accounts):
+    """With --allow-late, a folder made after the deadline under a name from before it is taken, and recorded
+    at the time it was made: its timestamp.txt and the command's LATE line say so."""
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    deadline, named = now - datetime.timedelta(hours=1), now - datetime.timedelta(hours=2)
+    stamp = f"{named:%Y-%m-%d %H:%M:%S.%f} UTC"
+    _inbound_folder(inbound, "alice", stamp, accounts["alice"][1])
+    refused = _collect(exchange, roster, out, f"--deadline={deadline:%Y-%m-%d %H:%M:%S}", cwd=tmp_path)
+    assert "came after the deadline" in _refused(refused.stdout)[f"alice+{ASSIGNMENT}+{stamp}"]
+    taken = _collect(exchange, roster, out, f"--deadline={deadline:%Y-%m-%d %H:%M:%S}", "--allow-late",
+                     cwd=tmp_path)
+    assert taken.returncode == 0, taken.stderr
+    assert f"collected alice: alice+{ASSIGNMENT}+{stamp} (LATE: " in taken.stdout, taken.stdout
+    recorded = datetime.datetime.strptime((out / "alice" / ASSIGNMENT / "timestamp.txt").read_text(),
+                                          "%Y-%m-%d %H:%M:%S.%f UTC")
+    assert recorded > deadline and abs(recorded - now) < datetime.timedelta(minutes=10)
 
 
 def test_collect_refuses_a_destination_that_holds_the_answer_key(tmp_path, accounts):

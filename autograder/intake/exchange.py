@@ -11,9 +11,11 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   with more than one hard link is refused like a link, each file is read within its cap (the notebook's
   :data:`~autograder.student.sanitize.MAX_NOTEBOOK_BYTES`, nbgrader's short text files'
   :data:`~autograder.course_directory.MAX_EXCHANGE_FILE_BYTES`), the whole listing is read but only the names
-  of this assignment's rostered students kept (at most :data:`MAX_ROSTER_SUBMISSIONS` each; past that nothing
-  is collected and the command says so: names that anyone can create never push a student out of the
-  listing), and the whole class within :data:`MAX_COLLECTED_BYTES` and the free space of the destination;
+  of this assignment's rostered students kept that their own accounts own (a name another account made is
+  refused there and then, and only the first :data:`MAX_NAMED_IMPOSTORS` of those are named one by one; at most
+  :data:`MAX_ROSTER_SUBMISSIONS` of one student's own, past which that student alone is refused and the command
+  says so: names that anyone can create never push a student out of the listing, nor stop another's
+  collection), and the whole class within :data:`MAX_COLLECTED_BYTES` and the free space of the destination;
 - a submission is accepted only when its folder, and every file read from it, is owned by the account the
   roster gives the student it names (:func:`read_roster`: a CSV ``student_id,account`` that the instructor
   writes); a mismatch is refused with a reason that names both accounts;
@@ -46,6 +48,7 @@ from autograder.student.safe_files import Folder, Refused, account_name, shown
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
 MAX_ROSTER_SUBMISSIONS = 1_000  # inbound folders of one assignment read per rostered student, at most
+MAX_NAMED_IMPOSTORS = 100  # folders named after a student but owned by another account, named one by one
 MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, in total
 MAX_ROSTER_BYTES = 10 * 1024**2
 # nbgrader refuses '+' and '*' in a student id it is given; the folder's name separates its fields by '+'.
@@ -72,6 +75,7 @@ class Collected:
     accepted: dict[str, str] = field(default_factory=dict)
     refused: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    late: dict[str, datetime.timedelta] = field(default_factory=dict)  # accepted after the deadline, by how much
 
 
 def read_roster(path: Path) -> dict[str, str]:
@@ -183,6 +187,19 @@ class _Files:
     notebook: bytes
     timestamp: bytes
     secret: bytes | None
+    received: datetime.datetime  # the latest of the name's timestamp and the changes of what was read
+
+
+SUBMIT_SECONDS = 60  # nbgrader's submit writes the folder within this of the timestamp it names it by
+
+
+def recorded_timestamp(record: Inbound, received: datetime.datetime) -> str:
+    """The ``timestamp.txt`` a collected submission gets: its name's timestamp, unless what was read changed
+    more than :data:`SUBMIT_SECONDS` after it (an old name on new work): then the time of that change, in
+    nbgrader's format, so that nbgrader's lateness reads the real time."""
+    if received - record.timestamp <= datetime.timedelta(seconds=SUBMIT_SECONDS):
+        return record.timestamp_text
+    return f"{received:%Y-%m-%d %H:%M:%S.%f} UTC"
 
 
 def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int, account: str, now,
@@ -222,7 +239,8 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
         changes.append(os.fstat(folder.descriptor).st_ctime)
         _check_timestamp(record, _utc(max(changes)), now, deadline, allow_late,
                          "its folder or a file read from it last changed")
-        return _Files(chosen, notebook, record.timestamp_text.encode("ascii"), secret)
+        received = max(record.timestamp, _utc(max(changes)), _utc(status.st_ctime))
+        return _Files(chosen, notebook, recorded_timestamp(record, received).encode("ascii"), secret, received)
 
 
 def _student_and_assignment(name: str) -> str:
@@ -231,23 +249,53 @@ def _student_and_assignment(name: str) -> str:
     return f"{parts[0]}+{parts[1]}+" if len(parts) == 3 else ""
 
 
-def _listing(inbound: Folder, assignment: str, roster: dict[str, str], collected: Collected) -> list[Inbound]:
-    """The inbound folders of ``assignment`` that name a student of ``roster``, newest first. The whole listing
-    is read, whatever it holds (any account can put names there), but only those names are kept: at most
-    :data:`MAX_ROSTER_SUBMISSIONS` per rostered student, past which nothing is collected (every student's newest
-    work could be among the names left out).
+def _owned_by(uid: int | None, account: str, expected: int, student: str) -> str | None:
+    """Why a folder named after ``student`` is refused for its owner ``uid``; None when ``expected`` owns it."""
+    if uid == expected:
+        return None
+    owner = "nobody (it is gone)" if uid is None else account_name(uid)
+    return f"it names student {student!r}, whose account is {account!r} (uid {expected}), but is owned by {owner}"
 
-    Raises:
-        ValueError: more such names than that.
-    """
-    prefixes = {f"{student}+{assignment}+" for student in roster}
-    limit = MAX_ROSTER_SUBMISSIONS * max(1, len(roster))
-    names, ignored, cut = inbound.entries_matching(lambda name: _student_and_assignment(name) in prefixes, limit)
-    if cut:
-        raise ValueError(
-            f"the inbound folder holds more than {limit} submissions of {assignment} named after students of the "
-            f"roster ({MAX_ROSTER_SUBMISSIONS} each): nothing was collected; remove the old or stray ones"
-        )
+
+def _listing(inbound: Folder, assignment: str, roster: dict[str, str], uids: dict[str, int],
+             collected: Collected) -> list[Inbound]:
+    """The inbound folders of ``assignment`` that name a student of ``roster`` and are owned by that student's
+    account, newest first. The whole listing is read, whatever it holds (any account can put names there), but
+    only those names are kept, at most :data:`MAX_ROSTER_SUBMISSIONS` per student: a student past it is refused
+    alone, with the reason (their newest work could be among the names left out). A name owned by another
+    account is refused with both accounts named (the first :data:`MAX_NAMED_IMPOSTORS`; the rest counted)."""
+    students = {f"{student}+{assignment}+": student for student in roster}
+    counts = dict.fromkeys(roster, 0)
+    impostors: list[tuple[str, str]] = []
+    unnamed_impostors = 0
+
+    def keep(name: str, status: os.stat_result | None) -> bool:
+        nonlocal unnamed_impostors
+        student = students.get(_student_and_assignment(name))
+        if student is None:
+            return False
+        if why := _owned_by(status and status.st_uid, roster[student], uids[student], student):
+            if len(impostors) < MAX_NAMED_IMPOSTORS:
+                impostors.append((name, why))
+            else:
+                unnamed_impostors += 1
+            return False
+        counts[student] += 1
+        return counts[student] <= MAX_ROSTER_SUBMISSIONS
+
+    names, ignored, _ = inbound.entries_matching(keep, MAX_ROSTER_SUBMISSIONS * max(1, len(roster)))
+    collected.refused.extend(impostors)
+    if unnamed_impostors:
+        collected.warnings.append(f"{unnamed_impostors} more folders named after students of the roster but owned by "
+                                  "other accounts were refused")
+    flooded = {student for student, count in counts.items() if count > MAX_ROSTER_SUBMISSIONS}
+    for student in sorted(flooded):
+        collected.refused.append((f"{student}+{assignment}+...", (
+            f"{counts[student]} submissions of {assignment} owned by {roster[student]!r} lie in the inbound folder, "
+            f"more than the {MAX_ROSTER_SUBMISSIONS} read: nothing of this student's was collected; remove the old ones")))
+    names = [(name, kind) for name, kind in names if students[_student_and_assignment(name)] not in flooded]
+    ignored -= len(impostors) + unnamed_impostors + sum(count - MAX_ROSTER_SUBMISSIONS for count in counts.values()
+                                                        if count > MAX_ROSTER_SUBMISSIONS)
     if ignored:
         collected.warnings.append(f"{ignored} other names in the inbound folder (other assignments, or no student "
                                   "of the roster) were not read")
@@ -265,6 +313,8 @@ def _listing(inbound: Folder, assignment: str, roster: dict[str, str], collected
             collected.refused.append((name, f"it is {what}"))
             continue
         records.append(record)
+    # Newest first by the names' timestamps: a student's choice, which orders only that student's own folders
+    # (an old name on new work is recorded at the time of the work: recorded_timestamp).
     return sorted(records, key=lambda record: (record.timestamp, record.name), reverse=True)
 
 
@@ -312,7 +362,7 @@ def collect(
     written = 0
     out.mkdir(parents=True, exist_ok=True)
     with Folder.open(inbound_path) as inbound:
-        for record in _listing(inbound, assignment, roster, collected):
+        for record in _listing(inbound, assignment, roster, uids, collected):
             if record.student in collected.accepted:
                 continue  # an older submission of a student already collected
             try:
@@ -330,6 +380,8 @@ def collect(
             _write(out / record.student / assignment, files)
             written += size
             collected.accepted[record.student] = record.name
+            if deadline is not None and files.received > deadline:
+                collected.late[record.student] = files.received - deadline
     return collected
 
 

@@ -273,20 +273,29 @@ class Folder:
         return sorted(found), False
 
 
-    def entries_matching(self, keep: Callable[[str], bool], limit: int) -> tuple[list[tuple[str, str]], int, bool]:
+    def entries_matching(self, keep: Callable[[str, os.stat_result | None], bool],
+                         limit: int) -> tuple[list[tuple[str, str]], int, bool]:
         """(name, kind) of the names of this folder that ``keep`` accepts, at most ``limit`` of them, sorted;
-        how many names it did not accept; and whether accepted names were left out. The whole listing is read
-        (its time grows with the folder), but only accepted names are kept (its memory with ``limit``)."""
+        how many names it did not accept; and whether accepted names were left out. ``keep`` is given each name
+        and its status (of the entry itself, a link not followed; None when it is gone since the listing). The whole listing is read (its time grows with the folder), but only accepted names are kept
+        (its memory with ``limit``)."""
         found, ignored = [], 0
         with os.scandir(self.descriptor) as listing:
             for item in listing:
-                if not keep(item.name):
+                if not keep(item.name, _status(item)):
                     ignored += 1
                     continue
                 if len(found) == limit:
                     return sorted(found), ignored, True
                 found.append((item.name, _kind(item)))
         return sorted(found), ignored, False
+
+
+def _status(item: os.DirEntry) -> os.stat_result | None:
+    try:
+        return item.stat(follow_symlinks=False)
+    except OSError:  # gone since the listing
+        return None
 
 
 def _kind(item: os.DirEntry) -> str:
