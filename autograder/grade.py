@@ -146,7 +146,8 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
                    f"seccomp filter does not know): a kernel could fill the machine's memory")
         found.append(
             f"kernels had no control group ({cgroup}): memory was limited as address space only "
-            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap; {outside}), "
+            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap; {outside}; "
+            "the buffers of the sockets and pipes a kernel fills were NOT limited, up to its 1024 open files), "
             f"processes were {processes}, and no kernel had a CPU share of its own "
             "(book/guide_instructors.md: 'Grading safely')"
         )

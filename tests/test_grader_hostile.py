@@ -175,6 +175,9 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     # Memory that the address space does not count is refused by the kernel's seccomp filter, cgroups or not.
     assert _printed(_page(batch, "memfd_hoard"), "MEMFD") == [[0, "EPERM"]]
     assert _printed(_page(batch, "sysv_hoard"), "SYSV") == [[0, "EPERM"]]
+    # What counts against the grader's own account machine-wide: refused (seccomp, RLIMIT_MSGQUEUE).
+    assert _printed(_page(batch, "per_user_counters"), "COUNTERS") == [[0, "EPERM", 0, "EPERM"]]
+    assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=f"no control groups here: {cgroup_problem()}")

@@ -206,6 +206,39 @@ def test_limits_stop_an_allocation_beyond_the_memory_limit(tmp_path):
     assert apply_limits  # the function the launcher calls
 
 
+def test_the_kernels_code_cannot_raise_a_limit_back():
+    # A soft limit under a higher hard one is advice: the kernel's code could raise it to the hard value.
+    code = (
+        "import json, resource\n"
+        "from autograder.sandbox.launcher import Limits, apply_limits\n"
+        "apply_limits(Limits(memory_mb=1024, cpu_seconds=30, processes=50, file_size_mb=1))\n"
+        "names = ['AS', 'CPU', 'FSIZE', 'NPROC', 'CORE', 'NOFILE', 'MSGQUEUE', 'SIGPENDING']\n"
+        "seen = {name: resource.getrlimit(getattr(resource, 'RLIMIT_' + name)) for name in names}\n"
+        "raised = []\n"
+        "for name in names:\n"
+        "    soft, hard = seen[name]\n"
+        "    try:\n"
+        "        resource.setrlimit(getattr(resource, 'RLIMIT_' + name), (soft, soft + 1))\n"
+        "        raised.append(name)\n"
+        "    except (ValueError, OSError):\n"
+        "        pass\n"
+        "print(json.dumps({'seen': seen, 'raised': raised}))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    seen = {name: tuple(pair) for name, pair in result["seen"].items()}
+    assert all(soft == hard for soft, hard in seen.values()), seen
+    assert seen["AS"][0] == 1024 * 1024**2 and seen["CPU"][0] == 30 and seen["FSIZE"][0] == 1024**2
+    assert seen["CORE"][0] == 0 and seen["MSGQUEUE"][0] == 0
+    assert seen["NOFILE"][0] <= 1024 and seen["SIGPENDING"][0] <= 1024
+    if os.geteuid() != 0:  # root may raise a hard limit (CAP_SYS_RESOURCE); the kernel runs without capabilities
+        assert result["raised"] == []
+
+
 # ------------------------------------------------------------------------------------------ control groups
 
 GROUP_PROBE = """

@@ -9,8 +9,8 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
 2. moves itself into the kernel's control group (:mod:`autograder.sandbox.cgroups`: memory with shared memory
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
-3. sets the resource limits (``setrlimit``: address space, CPU seconds, processes, file size, no core files)
-   and installs a seccomp filter that refuses anonymous memory files and System V shared memory, the memory
+3. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
+   size, no core files, open files, no message queues, pending signals) and installs a seccomp filter that refuses anonymous memory files and System V shared memory, the memory
    that the address space does not count (:mod:`autograder.sandbox.seccomp`);
 4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability:
@@ -28,7 +28,10 @@ The kernel's file system is built from nothing, by allowlist: no ``/home``, ``/r
 the outputs, and no host socket
 (``/run`` is where servers put theirs); ``/tmp`` and ``/dev/shm`` are new and size-capped; it has no network
 (it talks to nbgrader over Unix sockets in its runtime folder: the grader sets
-``KernelManager.transport = "ipc"``) and sees no other process.
+``KernelManager.transport = "ipc"``). Run by the grader, the kernel's ``/proc`` is its grading stage's, bound
+read-only (a nested sandbox cannot mount a new one): it sees the stage's processes and their command lines
+(which name the grader's installation and temporary folders), and no process outside the stage; it cannot
+signal or trace them.
 
 Fallback: where bwrap cannot run (not installed, or no user namespaces), the kernel runs with the limits and
 the clean environment only, in a scratch folder, as the grader's user; the grader writes this into
@@ -133,6 +136,9 @@ NOBODY = 65534
 # runs as root maps its users onto root, and Linux lets root's uid write the machine-wide settings (such as
 # kernel.core_pattern, a program run as root) by the file's mode alone, without any capability.
 PROC_SYS_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys")
+# (Not --disable-userns: bwrap sets it through /proc/sys/user, which is read-only where the grader runs the kernel,
+# inside its stage. A user namespace the kernel makes maps no user, its /proc being read-only, and the namespaces
+# it can hold are bounded by its open files and processes.)
 BASE_OPTIONS = (
     *("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"),
     *("--uid", str(NOBODY), "--gid", str(NOBODY)),
@@ -313,11 +319,22 @@ def _processes_of_this_user() -> int:
     return count
 
 
+KERNEL_OPEN_FILES = 1024  # a kernel opens some tens; each socket it could open holds buffers no limit counts
+KERNEL_PENDING_SIGNALS = 1024  # counted per user, machine-wide, against every process of the grader's account
+FIXED_LIMITS = (
+    (resource.RLIMIT_CORE, 0),
+    (resource.RLIMIT_NOFILE, KERNEL_OPEN_FILES),
+    (resource.RLIMIT_MSGQUEUE, 0),  # POSIX message queues: none (they count per user, like the signals)
+    (resource.RLIMIT_SIGPENDING, KERNEL_PENDING_SIGNALS),
+)
+
+
 def apply_limits(limits: Limits) -> None:
-    """Set this process's resource limits (inherited by what it executes).
+    """Set this process's resource limits (inherited by what it executes), each as soft and hard limit alike:
+    the kernel's code cannot raise one back (a soft limit under a higher hard one is only advice).
 
     The process limit counts beyond the processes this user already runs, and binds no process of root (the
-    kernel's control group holds the count there).
+    kernel's control group holds the count there). Besides ``limits``: no core files, :data:`FIXED_LIMITS`.
     """
     pairs = [
         (resource.RLIMIT_AS, limits.memory_mb * MEGABYTE),
@@ -326,12 +343,10 @@ def apply_limits(limits: Limits) -> None:
     ]
     if limits.processes:
         pairs.append((resource.RLIMIT_NPROC, limits.processes + _processes_of_this_user()))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    for kind, value in pairs:
-        if value:
-            _, hard = resource.getrlimit(kind)
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(kind, (value, value if hard == resource.RLIM_INFINITY else hard))
+    for kind, value in (*FIXED_LIMITS, *((kind, value) for kind, value in pairs if value)):
+        _, hard = resource.getrlimit(kind)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(kind, (value, value))
 
 
 def _redirect_output(log: str) -> None:

@@ -1,11 +1,14 @@
-r"""A seccomp filter that keeps a student's kernel from holding memory that no limit counts.
+r"""A seccomp filter that keeps a student's kernel from holding what no limit of its own counts.
 
 Without control groups (:mod:`autograder.sandbox.cgroups`), the kernel's memory is bounded by its address space
 (``RLIMIT_AS``) and by the size of its ``/tmp`` and ``/dev/shm`` (a tmpfs of ``--tmp-mb``). Two kinds of memory
 escape both: an anonymous memory file (``memfd_create``, ``memfd_secret``), whose pages written through
 ``write`` are never mapped, and System V shared memory (``shmget``), whose segments live in the IPC namespace
-until it ends. A kernel that makes either can fill the machine. The launcher installs this filter before it
-starts the kernel (:func:`install`), and every process of the kernel inherits it; those calls then fail with
+until it ends. A kernel that makes either can fill the machine. And some objects count against the grader's
+own account, machine-wide, whatever user the kernel is inside its namespaces: inotify and fanotify instances
+and POSIX message queues (their limits are per real user); a kernel that holds them all leaves none to the
+instructor's servers and the other kernels of the batch. The launcher installs this filter before it starts
+the kernel (:func:`install`), and every process of the kernel inherits it; those calls then fail with
 ``EPERM``, as if the system forbade them. Nothing the course, NumPy, PyTorch or ipykernel run needs them.
 
 The filter is a classic BPF program over ``struct seccomp_data`` (``nr`` at offset 0, ``arch`` at 4)::
@@ -29,8 +32,10 @@ import struct
 
 # (audit architecture, {system call: number}) per machine, as platform.machine() names it.
 DENIED: dict[str, tuple[int, dict[str, int]]] = {
-    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447}),
-    "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447}),
+    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447,
+                            "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240}),
+    "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447,
+                             "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180}),
 }
 X32_SYSCALL_BIT = 0x40000000
 

@@ -126,6 +126,37 @@ KERNEL_ATTACKS: dict[str, str] = {
             ctypes.memset(address, 48, size)
             print("SYSV:", [size // (1024 * 1024), None])
         """,
+    "per_user_counters": """
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        held = {"inotify": 0, "mq": 0}
+        refused = {}
+        for _ in range(200):
+            if libc.inotify_init1(0) < 0:
+                refused["inotify"] = errno.errorcode.get(ctypes.get_errno())
+                break
+            held["inotify"] += 1
+        for index in range(20):
+            if libc.mq_open(f"/hoard{index}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) < 0:
+                refused["mq"] = errno.errorcode.get(ctypes.get_errno())
+                break
+            held["mq"] += 1
+        print("COUNTERS:", [held["inotify"], refused.get("inotify"), held["mq"], refused.get("mq")])
+        """,
+    "raised_limits": """
+        import resource
+        raised = []
+        for name in ("AS", "CPU", "NPROC", "NOFILE", "FSIZE", "SIGPENDING", "MSGQUEUE"):
+            kind = getattr(resource, "RLIMIT_" + name)
+            soft, hard = resource.getrlimit(kind)
+            try:
+                resource.setrlimit(kind, (hard, hard) if hard != soft else (soft, soft + 1))
+                if resource.getrlimit(kind)[0] > soft:
+                    raised.append(name)
+            except (ValueError, OSError):
+                pass
+        print("RAISED:", raised)
+        """,
     "comm_flood": """
         from ipykernel.comm import Comm
         comm = Comm(target_name="flood", data={})
