@@ -35,6 +35,20 @@ def test_the_ratio_run_is_complete_and_consistent():
     assert run["ratio"] == pytest.approx(run["plain_seconds"] / run["ours_seconds"], rel=2e-3)
 
 
+def test_the_ratio_runs_profile_adds_up():
+    # Each phase's share is its time over all timed notebooks, over the sum of every phase's time.
+    run = _read("ratio.json")
+    profile = run["profile"]
+    assert profile["notebooks"] == run["notebooks"]
+    totals = {row["phase"]: row["mean_seconds"] * row["notebooks"] for row in profile["phases"]}
+    assert sum(row["share"] for row in profile["phases"]) == pytest.approx(1.0, abs=0.01)
+    assert profile["mean_seconds_per_notebook"] == pytest.approx(sum(totals.values()) / profile["notebooks"],
+                                                                 rel=0.01)
+    for row in profile["phases"]:
+        assert row["share"] == pytest.approx(totals[row["phase"]] / sum(totals.values()), abs=0.002)
+    assert run["plain_seconds_per_notebook"] == pytest.approx(run["plain_seconds"] / run["notebooks"], rel=2e-3)
+
+
 def test_the_scaling_run_is_complete_and_consistent():
     run = _read("scaling.json")
     assert set(PROVENANCE) <= set(run) and "--workers" in run["command"]
@@ -56,3 +70,5 @@ def test_the_guide_prints_the_committed_figures():
     assert f"({ratio['plain_seconds']:.1f} s)" in text and f"({ratio['ours_seconds']:.1f} s)" in text
     assert f"a parallel efficiency of {scaling['efficiency']['2']:.2f}" in text
     assert f"need {scaling['workers_needed']} such workers" in text
+    for row in ratio["profile"]["phases"]:
+        assert f"{row['phase']} {row['mean_seconds']:.2f} {row['median_seconds']:.2f}" in text, row["phase"]
