@@ -145,3 +145,27 @@ def test_the_page_gives_every_kinds_fitted_seeds_in_the_study_score_table():
     for (task, kind), by_seed in runs.items():
         fitted = sum(min(curve[n] for n in range(INSIDE[0], INSIDE[1] + 1)) >= TARGET for curve in by_seed.values())
         assert f"{TASK_NAMES[task]} {kind} {fitted}/10 fitted " in text, (task, kind)
+
+
+def read_runs(path):
+    """{(task, kind, seed): ({size: exact match}, training steps)} of a results.csv."""
+    runs = {}
+    with open(path, newline="") as file:
+        for row in csv.DictReader(file):
+            key = (row["task"], row["position"], int(row["seed"]))
+            scores, steps = runs.get(key, ({}, int(row["train_steps"])))
+            scores[int(row["length"])] = float(row["accuracy"])
+            runs[key] = (scores, steps)
+    return runs
+
+
+def test_the_page_reports_the_rerun_under_another_instruction_set_as_the_data_say():
+    study, rerun = read_runs(STUDY), read_runs(ROOT / "book" / "data" / "live-avx2" / "results.csv")
+    assert set(rerun) <= set(study)
+    identical = sum(rerun[key] == study[key] for key in rerun)  # every size's exact match, and the steps
+    moved = sum(rerun[key][1] != study[key][1] for key in rerun)
+    largest = max(abs(rerun[key][0][size] - study[key][0][size]) for key in rerun for size in rerun[key][0])
+    text = page_text("across-instruction-sets", "one-remedy-randomized-positions")
+    assert f"{identical} of the {len(rerun)} runs are identical to the study's" in text, text[:2000]
+    assert f"the largest difference of exact match at any size is {largest:.3f}" in text
+    assert f"{moved} runs stopped after another number of steps" in text
