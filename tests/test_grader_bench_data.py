@@ -71,4 +71,5 @@ def test_the_guide_prints_the_committed_figures():
     assert f"a parallel efficiency of {scaling['efficiency']['2']:.2f}" in text
     assert f"need {scaling['workers_needed']} such workers" in text
     for row in ratio["profile"]["phases"]:
-        assert f"{row['phase']} {row['mean_seconds']:.2f} {row['median_seconds']:.2f}" in text, row["phase"]
+        assert f"{row['phase']}: mean {row['mean_seconds']:.2f} s, median {row['median_seconds']:.2f} s" in text, (
+            row["phase"])
