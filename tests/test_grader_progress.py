@@ -163,7 +163,7 @@ def test_the_last_cell_lists_every_item_in_order(assignment):
     assert len(written) == len(written_ids)
     assert [item for item in listed if item not in written] == [item for item, _, _ in _items(notebook)]
     imports = next(cell for cell in notebook.cells if _grade_id(cell) == "imports")
-    assert re.search(r"^from autograder\.progress import (is_number, )?print_status, visible_test$", imports.source,
+    assert re.search(r"^from autograder\.student\.progress import (is_number, )?print_status, visible_test$", imports.source,
                      flags=re.MULTILINE), imports.source
 
 

@@ -34,11 +34,10 @@ ALLOWLIST = {
     ".binder/requirements.txt", ".binder/runtime.txt", ".gitignore", "README.md", "pyproject.toml",
     "requirements.txt",
     *(f"notebooks/{assignment}.ipynb" for assignment in ASSIGNMENTS),
-    "autograder/__init__.py", "autograder/__main__.py", "autograder/student/answers.py", "autograder/student/check.py",
-    "autograder/student/kernels.py", "autograder/nbgrader_config.py", "autograder/student/parameters.py", "autograder/student/progress.py",
-    "autograder/student/submitted_tables.py", "autograder/intake/__init__.py", "autograder/student/safe_files.py",
-    "autograder/student/received.py",
-    "autograder/student/sanitize.py",
+    "autograder/__init__.py", "autograder/__main__.py", "autograder/nbgrader_config.py",
+    *(f"autograder/student/{name}.py" for name in (
+        "__init__", "answers", "check", "kernels", "parameters", "progress", "received", "safe_files", "sanitize",
+        "submitted_tables")),
 }
 GRADERS_SIDE = ("autograder.variants", "autograder.verdicts", "autograder.grade", "autograder.pipeline",
                 "autograder.sandbox.grading_stage", "autograder.source", "autograder.course", "autograder.gradebook",
