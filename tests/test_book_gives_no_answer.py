@@ -18,7 +18,8 @@ Each graded item is read from its source notebook (the answer key) in one or mor
 
 An item none of these describe (a letter, a set of names, a check written in its test) is listed as such, so
 that an item of a new shape is not skipped unseen. The pages are ``_build/html/book/*.html`` (``make book``
-writes them before ``make test`` runs the tests).
+writes them before ``make test`` runs the tests). A code cell tagged ``measured-on-this-machine`` (a table of
+milliseconds and MiB) is left out: its numbers are this build's timings, a new draw at every build.
 """
 
 from __future__ import annotations
@@ -63,22 +64,31 @@ STOPWORDS = frozenset({
 # ------------------------------------------------------------------------------------ the book's pages
 
 
+# A code cell tagged so prints what this machine measured (milliseconds, MiB): numbers no answer is made of,
+# which differ from one build to the next.
+MEASURED_CELL = "tag_measured-on-this-machine"
+
+
 class _TextOf(html.parser.HTMLParser):
-    """The text a reader sees, code and outputs included; scripts and styles left out."""
+    """The text a reader sees, code and outputs included; scripts, styles and measured cells left out."""
 
     def __init__(self) -> None:
         super().__init__()
         self.parts: list[str] = []
         self._hidden = 0
+        self._measured_divs = 0  # open <div>s from a measured cell's own one inward
 
     def handle_starttag(self, tag, attrs):
         self._hidden += tag in ("script", "style")
+        if tag == "div" and (self._measured_divs or MEASURED_CELL in (dict(attrs).get("class") or "").split()):
+            self._measured_divs += 1
 
     def handle_endtag(self, tag):
         self._hidden -= tag in ("script", "style") and self._hidden > 0
+        self._measured_divs -= tag == "div" and self._measured_divs > 0
 
     def handle_data(self, data):
-        if not self._hidden:
+        if not self._hidden and not self._measured_divs:
             self.parts.append(data)
 
 
@@ -131,12 +141,18 @@ def flat_numbers(value) -> list[float]:
 
 def distinctive(value: float) -> bool:
     """Whether ``value`` has enough digits that a printed number equal to it is it: an integer of three digits
-    or more, or a fraction whose first four decimals hold three digits between their first and last nonzero."""
-    if not math.isfinite(value):
+    or more, or a fraction whose first four decimals hold three digits between their first and last nonzero;
+    a multiple of pi/4 never (a page about angles prints 3.1416 or 0.785 as a bound or a unit, not an answer)."""
+    if not math.isfinite(value) or _multiple_of_a_quarter_pi(value):
         return False
     if value == int(value):
         return abs(value) >= 10 ** (SIGNIFICANT_DIGITS - 1)
     return len(f"{abs(value):.4f}".replace(".", "").strip("0")) >= SIGNIFICANT_DIGITS
+
+
+def _multiple_of_a_quarter_pi(value: float) -> bool:
+    quarters = value / (math.pi / 4)
+    return value != 0 and abs(quarters - round(quarters)) < 1e-9 and abs(round(quarters)) <= 8
 
 
 def printed_in_order(text: str) -> list[float]:
@@ -418,6 +434,14 @@ def test_a_number_is_found_at_the_decimals_it_is_printed_with():
     assert not is_printed(0.8414, printed)  # another value
     assert not is_printed(0.00999983333, printed)  # 0.0100 says 0.01: anything's rounding
     assert not distinctive(0.5) and not distinctive(12.0) and distinctive(0.841470984808) and distinctive(216.0)
+
+
+def test_a_cell_measured_on_the_build_machine_and_multiples_of_pi_are_not_searched():
+    page = ('<div class="cell tag_measured-on-this-machine docutils container"><div class="cell_output">'
+            '<pre>  256   reference   3.14   0.5171</pre></div></div><p>angle 0.7854 of 2.7183</p>')
+    assert printed_numbers(page_text(page)) == {(0.7854, 4), (2.7183, 4)}
+    assert not distinctive(math.pi) and not distinctive(-math.pi / 4) and not distinctive(3 * math.pi / 2)
+    assert distinctive(math.e) and distinctive(math.pi / 3) and distinctive(9 * math.pi)
 
 
 def test_integers_under_five_digits_are_found_side_by_side_only():
