@@ -83,7 +83,7 @@ from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
 from autograder.sandbox import cgroups, seccomp
 from autograder.sandbox.kernel_view import kernel_packages
-from autograder.sandbox.launcher import Limits, bwrap_problem
+from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits, bwrap_problem
 from autograder.student.progress import item_labels
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
@@ -139,15 +139,22 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
         processes = "NOT limited (the grader runs as root, which RLIMIT_NPROC does not bind)" if root else (
             "limited per user, not per kernel"
         )
-        outside = ("anonymous memory files and System V shared memory were refused to kernels by a seccomp filter"
-                   if platform.machine() in seccomp.DENIED else
-                   f"memory a kernel holds outside its address space, in anonymous files (memfd_create) or System V "
-                   f"shared memory, was NOT limited on this machine ({platform.machine()}, which the kernel's "
-                   f"seccomp filter does not know): a kernel could fill the machine's memory")
+        if platform.machine() in seccomp.DENIED:
+            bound = seccomp.buffer_bound(KERNEL_OPEN_FILES)
+            buffers = (f"at most {bound / 2**20:.0f} MB" if bound else
+                       "an amount this machine's /proc/sys/net/core does not tell")
+            outside = ("anonymous memory files and System V shared memory were refused to kernels by a seccomp "
+                       "filter, and the buffers of the sockets and pipes a kernel fills, which no limit counts "
+                       f"without a control group, were held by it to their default sizes: {buffers} per kernel "
+                       f"(its {KERNEL_OPEN_FILES} open files, each with its default buffers)")
+        else:
+            outside = (f"memory a kernel holds outside its address space, in anonymous files (memfd_create), System "
+                       f"V shared memory or the buffers of its sockets and pipes, was NOT limited on this machine "
+                       f"({platform.machine()}, which the kernel's seccomp filter does not know): a kernel could "
+                       f"fill the machine's memory")
         found.append(
             f"kernels had no control group ({cgroup}): memory was limited as address space only "
-            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap; {outside}; "
-            "the buffers of the sockets and pipes a kernel fills were NOT limited, up to its 1024 open files), "
+            f"({limits.memory_mb} MB; files in /tmp and /dev/shm count only against their size cap; {outside}), "
             f"processes were {processes}, and no kernel had a CPU share of its own "
             "(book/guide_instructors.md: 'Grading safely')"
         )

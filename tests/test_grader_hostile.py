@@ -29,8 +29,9 @@ from planted import ROOT, filled, grade_id, released, sandbox_missing, solutions
 from redteam.hostile import KERNEL_ATTACKS, SYMPY_BOMB
 
 from autograder.grade import grade
+from autograder.sandbox import seccomp
 from autograder.sandbox.cgroups import problem as cgroup_problem
-from autograder.sandbox.launcher import Limits
+from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits
 
 pytestmark = pytest.mark.slow
 
@@ -178,6 +179,21 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     # What counts against the grader's own account machine-wide: refused (seccomp, RLIMIT_MSGQUEUE).
     assert _printed(_page(batch, "per_user_counters"), "COUNTERS") == [[0, "EPERM", 0, "EPERM"]]
     assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
+    # Socket and pipe buffers, which only a control group counts: no growing them, Unix sockets only, and as
+    # many as the kernel's open files allow, each with its default buffer.
+    [[held, pairs, grown, pipe_grown, inet]] = _printed(_page(batch, "socket_buffers"), "SOCKETS")
+    assert (grown, pipe_grown, inet) == ("EPERM", "EPERM", "EPERM")
+    assert 0 < pairs < KERNEL_OPEN_FILES // 2
+    assert 0 < held <= seccomp.buffer_bound(KERNEL_OPEN_FILES)
+
+
+def test_the_kernel_sees_no_process_of_its_stage_nor_the_machines_identity(batch):
+    [[command_line, boot_id, others]] = _printed(_page(batch, "proc_leak"), "PROC")
+    assert not command_line and not boot_id  # covered: unreadable or empty
+    # What it sees: its own bwrap (pid 1 of its namespace) and itself, never the stage's bwrap, the stage or the
+    # launcher, whose command lines run autograder.sandbox (and name the control groups and received paths).
+    assert len(others) <= 2 and [line for line in others if "autograder.sandbox" in line] == [], others
+    assert any("ipykernel_launcher" in line for line in others), others
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=f"no control groups here: {cgroup_problem()}")

@@ -1,4 +1,5 @@
-"""autograder.sandbox.seccomp: the kernel's filter refuses anonymous memory files and System V shared memory.
+"""autograder.sandbox.seccomp: the kernel's filter refuses anonymous memory files, System V shared memory, the
+per-user counters, sockets of any family but Unix and netlink and growing a socket's or a pipe's buffers.
 
 The program is read by a BPF interpreter written here from the kernel's documentation (classic BPF, the
 instructions the filter uses), against the system-call numbers of the kernel's tables, and installed for real in
@@ -23,23 +24,32 @@ from autograder.sandbox import seccomp
 # From arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h (arm64).
 KERNEL_NUMBERS = {
     "x86_64": {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447, "inotify_init": 253,
-               "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "getpid": 39, "write": 1},
+               "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425, "getpid": 39,
+               "write": 1, "socket": 41, "socketpair": 53, "setsockopt": 54, "fcntl": 72},
     "aarch64": {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447, "inotify_init1": 26,
-                "fanotify_init": 262, "mq_open": 180, "getpid": 172, "write": 64},
+                "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "getpid": 172, "write": 64,
+                "socket": 198, "socketpair": 199, "setsockopt": 208, "fcntl": 25},
 }
+ARGUMENT_CHECKED = ("socket", "socketpair", "setsockopt", "fcntl")
+# linux/socket.h, asm-generic/socket.h, linux/fcntl.h
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 1, 2, 10, 16, 17
+SOL_SOCKET, IPPROTO_TCP = 1, 6
+SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE, SO_KEEPALIVE, SO_REUSEADDR = 7, 8, 32, 33, 9, 2
+F_GETFL, F_SETFL, F_SETPIPE_SZ, F_GETPIPE_SZ = 3, 4, 1031, 1032
 # AUDIT_ARCH_* = EM_* | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE (linux/audit.h, linux/elf-em.h)
 AUDIT_ARCH = {"x86_64": 62 | 0x80000000 | 0x40000000, "aarch64": 183 | 0x80000000 | 0x40000000}
 HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
            "aarch64": Path("/usr/include/asm-generic/unistd.h")}
 DENIED_CALLS = ("shmget", "shmat", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1", "fanotify_init",
-                "mq_open")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
+                "mq_open", "io_uring_setup")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
 
 
-def run_filter(program: bytes, nr: int, arch: int) -> int:
-    """What the program returns for a call (``nr``, ``arch``): a classic-BPF interpreter of the four
+def run_filter(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """What the program returns for a call (``nr``, ``arch``, ``args``): a classic-BPF interpreter of the four
     instructions a seccomp filter of this kind uses (ld [k], jeq #k, jge #k, ret #k)."""
-    data = struct.pack("=iI", nr, arch) + bytes(56)  # struct seccomp_data: nr, arch, ip, args[6]
+    words = [*args, *[0] * (6 - len(args))]
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *words)  # struct seccomp_data: int nr, u32 arch, u64 ip, u64 args[6]
     instructions = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
     accumulator, pc = 0, 0
     while True:
@@ -63,8 +73,9 @@ def test_the_program_denies_exactly_the_memory_calls(machine):
     denied = {name: numbers[name] for name in DENIED_CALLS if name in numbers}
     for name, number in denied.items():
         assert run_filter(program, number, arch) == EPERM, name
+    checked = {numbers[name] for name in ARGUMENT_CHECKED}
     for nr in range(460):
-        if nr not in denied.values():
+        if nr not in denied.values() and nr not in checked:
             assert run_filter(program, nr, arch) == ALLOW, nr
     other = AUDIT_ARCH["aarch64" if machine == "x86_64" else "x86_64"]
     assert run_filter(program, numbers["getpid"], other) == EPERM  # another ABI of the same machine
@@ -74,15 +85,48 @@ def test_the_program_denies_exactly_the_memory_calls(machine):
 
 
 @pytest.mark.parametrize("machine", sorted(KERNEL_NUMBERS))
+def test_the_program_allows_unix_sockets_only_and_no_larger_buffers(machine):
+    program = seccomp.filter_program(machine)
+    numbers, arch = KERNEL_NUMBERS[machine], AUDIT_ARCH[machine]
+    for call in ("socket", "socketpair"):
+        for family in (AF_UNIX, AF_NETLINK):  # ZeroMQ's sockets; bwrap's loopback set-up
+            assert run_filter(program, numbers[call], arch, (family, 1, 0)) == ALLOW, (call, family)
+        for family in (AF_INET, AF_INET6, AF_PACKET, 0x100000000 | AF_INET):
+            assert run_filter(program, numbers[call], arch, (family, 1, 0)) == EPERM, (call, family)
+    setsockopt = numbers["setsockopt"]
+    for option in (SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE):
+        assert run_filter(program, setsockopt, arch, (3, SOL_SOCKET, option, 0, 4)) == EPERM, option
+    for level, option in ((SOL_SOCKET, SO_KEEPALIVE), (SOL_SOCKET, SO_REUSEADDR), (IPPROTO_TCP, SO_SNDBUF)):
+        assert run_filter(program, setsockopt, arch, (3, level, option, 0, 4)) == ALLOW, (level, option)
+    fcntl = numbers["fcntl"]
+    assert run_filter(program, fcntl, arch, (3, F_SETPIPE_SZ, 1 << 20)) == EPERM
+    for command in (F_GETFL, F_SETFL, F_GETPIPE_SZ):
+        assert run_filter(program, fcntl, arch, (3, command, 0)) == ALLOW, command
+
+
+def test_the_buffer_bound_follows_its_formula(monkeypatch):
+    sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 100000}
+    monkeypatch.setattr(seccomp, "_read_number", sizes.get)
+    assert seccomp.buffer_bound(256) == 2 * 256 * 2 * 212992
+    sizes.update({"/proc/sys/net/core/wmem_default": 4096, "/proc/sys/net/core/rmem_default": 4096})
+    assert seccomp.buffer_bound(10) == 2 * 10 * 2 * 65536  # a pipe's 16 pages
+    sizes.clear()
+    assert seccomp.buffer_bound(10) is None
+
+
+@pytest.mark.parametrize("machine", sorted(KERNEL_NUMBERS))
 def test_the_numbers_are_the_system_headers_where_they_are_installed(machine):
     header = HEADERS[machine]
     if not header.is_file():
         pytest.skip(f"{header} is not installed (Debian: linux-libc-dev)")
     text = header.read_text()
     denied = {name: KERNEL_NUMBERS[machine][name] for name in DENIED_CALLS if name in KERNEL_NUMBERS[machine]}
-    for name, number in denied.items():
-        assert f"#define __NR_{name} {number}" in re.sub(r"[ \t]+", " ", text), name
+    checked = {name: KERNEL_NUMBERS[machine][name] for name in ARGUMENT_CHECKED}
+    for name, number in {**denied, **checked}.items():
+        # asm-generic names the calls whose 32-bit form differs __NR3264_ (fcntl: fcntl64 on 32 bits)
+        assert re.search(rf"#define __NR(3264)?_{name} {number}\n", re.sub(r"[ \t]+", " ", text)), name
     assert seccomp.DENIED[machine][1] == denied
+    assert seccomp.CHECKED[machine] == checked
     assert seccomp.DENIED[machine][0] == AUDIT_ARCH[machine]
 
 
@@ -116,7 +160,29 @@ seen["mq_open"] = errno.errorcode[ctypes.get_errno()] if queue < 0 else "allowed
 if queue >= 0:
     os.close(queue)
     libc.mq_unlink(b"/autograder-probe")
+import fcntl, socket
+def refusal(call):
+    try:
+        call()
+        return "allowed"
+    except OSError as error:
+        return errno.errorcode[error.errno]
+seen["socket_inet"] = refusal(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+first, second = socket.socketpair()
+seen["socketpair_unix"] = "allowed"
+seen["so_sndbuf"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20))
+seen["so_keepalive"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+read_end, write_end = os.pipe()
+seen["f_setpipe_sz"] = refusal(lambda: fcntl.fcntl(write_end, 1031, 1 << 20))
 import numpy, torch, ipykernel, zmq  # what a graded kernel imports
+context = zmq.Context()
+server, client = context.socket(zmq.REP), context.socket(zmq.REQ)
+address = "ipc://" + os.path.join(sys.argv[2], "probe")  # the transport nbgrader talks to the kernel over
+server.bind(address)
+client.connect(address)
+client.send(b"ping")
+seen["zmq_ipc"] = (server.recv(), server.send(b"pong"), client.recv())[2].decode()
+context.destroy()
 seen["torch"] = float((torch.ones(3, 3) @ torch.ones(3, 3)).sum())
 seen["pid"] = os.getpid() > 0
 print(json.dumps(seen))
@@ -125,11 +191,12 @@ print(json.dumps(seen))
 
 @pytest.mark.skipif(platform.machine() not in seccomp.DENIED, reason=f"no filter for {platform.machine()}")
 @pytest.mark.parametrize("mode", ["filtered", "plain"])
-def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_work(mode):
-    completed = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120,
-                               check=False)
+def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_work(mode, tmp_path):
+    completed = subprocess.run([sys.executable, "-c", PROBE, mode, str(tmp_path)], capture_output=True, text=True,
+                               timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
     seen = json.loads(completed.stdout.strip().splitlines()[-1])
     refused = "EPERM" if mode == "filtered" else "allowed"
     assert seen == {"memfd_create": refused, "shmget": refused, "inotify_init1": refused, "mq_open": refused,
-                    "torch": 27.0, "pid": True}
+                    "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
+                    "so_keepalive": "allowed", "f_setpipe_sz": refused, "zmq_ipc": "pong", "torch": 27.0, "pid": True}

@@ -10,8 +10,9 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
 3. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
-   size, no core files, open files, no message queues, pending signals) and installs a seccomp filter that refuses anonymous memory files and System V shared memory, the memory
-   that the address space does not count (:mod:`autograder.sandbox.seccomp`);
+   size, no core files, open files, no message queues, pending signals) and installs a seccomp filter that
+   holds the memory the address space does not count: no anonymous memory files or System V shared memory,
+   Unix and netlink sockets only, no socket or pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
 4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability:
 
@@ -29,9 +30,10 @@ the outputs, and no host socket
 (``/run`` is where servers put theirs); ``/tmp`` and ``/dev/shm`` are new and size-capped; it has no network
 (it talks to nbgrader over Unix sockets in its runtime folder: the grader sets
 ``KernelManager.transport = "ipc"``). Run by the grader, the kernel's ``/proc`` is its grading stage's, bound
-read-only (a nested sandbox cannot mount a new one): it sees the stage's processes and their command lines
-(which name the grader's installation and temporary folders), and no process outside the stage; it cannot
-signal or trace them.
+read-only (a nested sandbox cannot mount a new one), with the stage's processes covered by empty folders and
+the machine's command line and boot identity by empty files (:func:`stage_proc_covers`); it sees no process
+outside its own, and cannot signal or trace them. Its ``/proc/self/mountinfo`` still names the host folders
+bound into it (the Python installation, the virtual environment), as any process's does.
 
 Fallback: where bwrap cannot run (not installed, or no user namespaces), the kernel runs with the limits and
 the clean environment only, in a scratch folder, as the grader's user; the grader writes this into
@@ -214,6 +216,26 @@ def system_binds() -> list[str]:
     return argv
 
 
+# What a /proc shared with the grading stage tells of the machine rather than of the kernel: the host kernel's
+# command line and this boot's identity.
+MACHINE_PROC_FILES = ("/proc/cmdline", "/proc/sys/kernel/random/boot_id")
+
+
+def stage_proc_covers(proc: str = "/proc") -> list[str]:
+    """bwrap's arguments that hide, in the kernel's read-only bind of its grading stage's ``/proc``, every process
+    there now (the stage's bwrap, the stage, this launcher: their command lines name the grader's installation,
+    control groups and folders) under an empty tmpfs, and :data:`MACHINE_PROC_FILES` under ``/dev/null``. The
+    kernel and what it starts come after, and stay visible to it (``/proc/self``)."""
+    argv = []
+    for entry in sorted(os.listdir(proc), key=lambda name: (len(name), name)):
+        if entry.isdigit():
+            argv += ["--size", "4096", "--tmpfs", f"/proc/{entry}"]
+    for path in MACHINE_PROC_FILES:
+        if os.path.exists(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    return argv
+
+
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
@@ -221,7 +243,7 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     # virtual environment there), and is bound on top of them.
     tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
     if settings.writable:
-        argv += ["--ro-bind", "/proc", "/proc", "--dev", "/dev"]
+        argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(), "--dev", "/dev"]
         for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
             argv += ["--bind", os.path.join(settings.writable, name), path]
     else:
@@ -319,7 +341,7 @@ def _processes_of_this_user() -> int:
     return count
 
 
-KERNEL_OPEN_FILES = 1024  # a kernel opens some tens; each socket it could open holds buffers no limit counts
+KERNEL_OPEN_FILES = 256  # a kernel with torch and a figure opens 66; each socket or pipe holds buffers (seccomp.buffer_bound)
 KERNEL_PENDING_SIGNALS = 1024  # counted per user, machine-wide, against every process of the grader's account
 FIXED_LIMITS = (
     (resource.RLIMIT_CORE, 0),

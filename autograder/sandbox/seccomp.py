@@ -1,21 +1,41 @@
 r"""A seccomp filter that keeps a student's kernel from holding what no limit of its own counts.
 
 Without control groups (:mod:`autograder.sandbox.cgroups`), the kernel's memory is bounded by its address space
-(``RLIMIT_AS``) and by the size of its ``/tmp`` and ``/dev/shm`` (a tmpfs of ``--tmp-mb``). Two kinds of memory
-escape both: an anonymous memory file (``memfd_create``, ``memfd_secret``), whose pages written through
-``write`` are never mapped, and System V shared memory (``shmget``), whose segments live in the IPC namespace
-until it ends. A kernel that makes either can fill the machine. And some objects count against the grader's
-own account, machine-wide, whatever user the kernel is inside its namespaces: inotify and fanotify instances
-and POSIX message queues (their limits are per real user); a kernel that holds them all leaves none to the
-instructor's servers and the other kernels of the batch. The launcher installs this filter before it starts
-the kernel (:func:`install`), and every process of the kernel inherits it; those calls then fail with
-``EPERM``, as if the system forbade them. Nothing the course, NumPy, PyTorch or ipykernel run needs them.
+(``RLIMIT_AS``) and by the size of its ``/tmp`` and ``/dev/shm`` (a tmpfs of ``--tmp-mb``). Three kinds of memory
+escape both:
 
-The filter is a classic BPF program over ``struct seccomp_data`` (``nr`` at offset 0, ``arch`` at 4)::
+- an anonymous memory file (``memfd_create``, ``memfd_secret``), whose pages written through ``write`` are never
+  mapped, and System V shared memory (``shmget``), whose segments live in the IPC namespace until it ends:
+  refused;
+- the buffers of sockets and pipes, kernel memory that holds what one end wrote until the other reads it.
+  They cannot be refused (the kernel talks to nbgrader over ZeroMQ's Unix sockets), so they are bounded: a
+  kernel may make Unix and netlink sockets only (bwrap, under the filter too, brings up the loopback device
+  over netlink; ``socket``, ``socketpair`` with another family: refused; it has no network anyway, and a TCP
+  socket on its loopback grows its buffers by itself up to ``tcp_wmem``'s maximum), may not
+  enlarge a socket's buffers (``setsockopt(SOL_SOCKET, SO_SNDBUF | SO_RCVBUF | their FORCE forms)``) or a
+  pipe's (``fcntl(F_SETPIPE_SZ)``), and may not hold files through an io_uring (``io_uring_setup``). What it can
+  hold is then at most :func:`buffer_bound`: every socket or pipe it has open or in flight (at most twice
+  ``RLIMIT_NOFILE``: the kernel counts descriptors in flight against the same limit) with its default
+  buffer and one message past it.
+
+And some objects count against the grader's own account, machine-wide, whatever user the kernel is inside its
+namespaces: inotify and fanotify instances and POSIX message queues (their limits are per real user); a kernel
+that holds them all leaves none to the instructor's servers and the other kernels of the batch: refused. The
+launcher installs this filter before it starts the kernel (:func:`install`), and every process of the kernel
+inherits it; those calls then fail with ``EPERM``, as if the system forbade them. Nothing the course, NumPy,
+PyTorch or ipykernel run needs them.
+
+The filter is a classic BPF program over ``struct seccomp_data`` (``nr`` at offset 0, ``arch`` at 4, the
+arguments as 64-bit words from 16; an argument checked here is a C ``int`` or ``unsigned int``, of which the
+kernel reads the low 32 bits, the first word on these little-endian machines)::
 
     load arch;   if arch != this machine's           -> EPERM   (no other ABI: i386's int 0x80 on x86-64)
     load nr;     if x86-64 and nr >= 0x40000000      -> EPERM   (the x32 ABI's numbers)
                  if nr in the denied calls            -> EPERM
+                 if nr is socket or socketpair        -> load args[0]: AF_UNIX, AF_NETLINK -> allow, else EPERM
+                 if nr is setsockopt                  -> load args[1]: not SOL_SOCKET -> allow;
+                                                         load args[2]: a buffer size -> EPERM, else allow
+                 if nr is fcntl                       -> load args[1]: F_SETPIPE_SZ -> EPERM, else allow
                                                       -> allow
 
 Its system-call numbers are the kernel's own tables (``arch/x86/entry/syscalls/syscall_64.tbl``,
@@ -29,15 +49,27 @@ import ctypes
 import errno
 import platform
 import struct
+from pathlib import Path
 
-# (audit architecture, {system call: number}) per machine, as platform.machine() names it.
+# (audit architecture, {system call: number}) per machine, as platform.machine() names it: the calls refused
+# whatever their arguments.
 DENIED: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447,
-                            "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240}),
+                            "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240,
+                            "io_uring_setup": 425}),
     "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447,
-                             "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180}),
+                             "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425}),
+}
+# The calls refused for some arguments only, per machine.
+CHECKED: dict[str, dict[str, int]] = {
+    "x86_64": {"socket": 41, "socketpair": 53, "setsockopt": 54, "fcntl": 72},
+    "aarch64": {"socket": 198, "socketpair": 199, "setsockopt": 208, "fcntl": 25},
 }
 X32_SYSCALL_BIT = 0x40000000
+AF_UNIX, AF_NETLINK = 1, 16  # linux/socket.h
+SOL_SOCKET = 1  # asm-generic/socket.h, on both machines
+BUFFER_OPTIONS = {"SO_SNDBUF": 7, "SO_RCVBUF": 8, "SO_SNDBUFFORCE": 32, "SO_RCVBUFFORCE": 33}
+F_SETPIPE_SZ = 1031  # F_LINUX_SPECIFIC_BASE (1024) + 7
 
 # Classic BPF opcodes (linux/filter.h, linux/bpf_common.h) and seccomp's return values (linux/seccomp.h).
 LOAD_WORD_ABSOLUTE = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -48,6 +80,12 @@ RETURN_ALLOW = 0x7FFF0000
 RETURN_ERRNO = 0x00050000
 NR_OFFSET, ARCH_OFFSET = 0, 4
 
+
+def argument_offset(index: int) -> int:
+    """Where the low 32 bits of argument ``index`` lie in ``struct seccomp_data``: args[6] of u64 from 16."""
+    return 16 + 8 * index
+
+
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -56,6 +94,38 @@ SECCOMP_MODE_FILTER = 2
 def _instruction(code: int, k: int, jump_true: int = 0, jump_false: int = 0) -> bytes:
     """One ``struct sock_filter``: u16 code, u8 jt, u8 jf, u32 k, in the machine's byte order."""
     return struct.pack("=HBBI", code, jump_true, jump_false, k)
+
+
+class _Program:
+    """Instructions with named places: a jump names where it goes, and :meth:`assemble` counts the offsets
+    (classic BPF jumps forward only, by the number of instructions skipped after the jump)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.items)
+
+    def load(self, offset: int) -> None:
+        self.items.append((LOAD_WORD_ABSOLUTE, offset, None, None))
+
+    def jump(self, code: int, value: int, if_true: str | None, if_false: str | None) -> None:
+        """``None`` for a branch: go on to the next instruction."""
+        self.items.append((code, value, if_true, if_false))
+
+    def ret(self, value: int) -> None:
+        self.items.append((RETURN, value, None, None))
+
+    def assemble(self) -> bytes:
+        def offset(at: int, label: str | None) -> int:
+            skipped = 0 if label is None else self.labels[label] - at - 1
+            if not 0 <= skipped <= 255:
+                raise AssertionError(f"a jump of {skipped} instructions: classic BPF jumps 0 to 255 forward")
+            return skipped
+
+        return b"".join(_instruction(code, value, offset(at, if_true), offset(at, if_false))
+                        for at, (code, value, if_true, if_false) in enumerate(self.items))
 
 
 def filter_program(machine: str | None = None) -> bytes:
@@ -68,19 +138,67 @@ def filter_program(machine: str | None = None) -> bytes:
     if machine not in DENIED:
         raise ValueError(f"machine must be one of {sorted(DENIED)} for the kernel's seccomp filter, got {machine!r}")
     arch, numbers = DENIED[machine]
-    checks = [(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT)] if machine == "x86_64" else []
-    checks += [(JUMP_IF_EQUAL, number) for number in sorted(numbers.values())]
-    # Layout: 0 load arch, 1 arch check, 2 load nr, 3.. checks, then allow, then deny.
-    deny = 3 + len(checks) + 1
-    program = [
-        _instruction(LOAD_WORD_ABSOLUTE, ARCH_OFFSET),
-        _instruction(JUMP_IF_EQUAL, arch, 0, deny - 2),  # jumps count from the next instruction
-        _instruction(LOAD_WORD_ABSOLUTE, NR_OFFSET),
-    ]
-    for index, (code, value) in enumerate(checks, start=3):
-        program.append(_instruction(code, value, deny - index - 1, 0))
-    program += [_instruction(RETURN, RETURN_ALLOW), _instruction(RETURN, RETURN_ERRNO | errno.EPERM)]
-    return b"".join(program)
+    checked = CHECKED[machine]
+    program = _Program()
+    program.load(ARCH_OFFSET)
+    program.jump(JUMP_IF_EQUAL, arch, None, "deny")
+    program.load(NR_OFFSET)
+    if machine == "x86_64":
+        program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
+    for number in sorted(numbers.values()):
+        program.jump(JUMP_IF_EQUAL, number, "deny", None)
+    program.jump(JUMP_IF_EQUAL, checked["socket"], "socket family", None)
+    program.jump(JUMP_IF_EQUAL, checked["socketpair"], "socket family", None)
+    program.jump(JUMP_IF_EQUAL, checked["setsockopt"], "socket option", None)
+    program.jump(JUMP_IF_EQUAL, checked["fcntl"], "fcntl command", None)
+    program.ret(RETURN_ALLOW)
+
+    program.label("socket family")  # socket(domain, type, protocol), socketpair(domain, type, protocol, sv)
+    program.load(argument_offset(0))
+    program.jump(JUMP_IF_EQUAL, AF_UNIX, "allow", None)
+    program.jump(JUMP_IF_EQUAL, AF_NETLINK, "allow", "deny")
+
+    program.label("socket option")  # setsockopt(fd, level, optname, optval, optlen)
+    program.load(argument_offset(1))
+    program.jump(JUMP_IF_EQUAL, SOL_SOCKET, None, "allow")
+    program.load(argument_offset(2))
+    for option in sorted(BUFFER_OPTIONS.values()):
+        program.jump(JUMP_IF_EQUAL, option, "deny", None)
+    program.ret(RETURN_ALLOW)
+
+    program.label("fcntl command")  # fcntl(fd, cmd, arg)
+    program.load(argument_offset(1))
+    program.jump(JUMP_IF_EQUAL, F_SETPIPE_SZ, "deny", "allow")
+
+    program.label("allow")
+    program.ret(RETURN_ALLOW)
+    program.label("deny")
+    program.ret(RETURN_ERRNO | errno.EPERM)
+    return program.assemble()
+
+
+def _read_number(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def buffer_bound(open_files: int) -> int | None:
+    """The bytes of socket and pipe buffers a filtered kernel with ``open_files`` descriptors can hold, at most:
+
+        2 * open_files * 2 * max(net.core.wmem_default, net.core.rmem_default, 16 pages of a pipe)
+
+    Each socket or pipe is open in the kernel or in flight in a Unix socket's queue, and the two are counted
+    against the same ``RLIMIT_NOFILE`` (the first 2). What a socket has sent and is not yet read is charged to
+    its send buffer, which the filter keeps at its default; a write may pass it by one message of at most half
+    the buffer, rounded up here to a second buffer (the second 2). A pipe holds 16 pages. ``None`` where
+    ``/proc/sys/net/core`` cannot be read.
+    """
+    sizes = [_read_number(f"/proc/sys/net/core/{name}") for name in ("wmem_default", "rmem_default")]
+    if None in sizes:
+        return None
+    return 2 * open_files * 2 * max(*sizes, 16 * 4096)
 
 
 class _SockFprog(ctypes.Structure):

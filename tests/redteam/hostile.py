@@ -143,6 +143,51 @@ KERNEL_ATTACKS: dict[str, str] = {
             held["mq"] += 1
         print("COUNTERS:", [held["inotify"], refused.get("inotify"), held["mq"], refused.get("mq")])
         """,
+    "socket_buffers": """
+        import errno, fcntl, os, socket
+        def refusal(call):
+            try:
+                call()
+            except OSError as error:
+                return errno.errorcode.get(error.errno)
+            return None
+        first, second = socket.socketpair()
+        grow = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30))
+        read_end, write_end = os.pipe()
+        pipe = refusal(lambda: fcntl.fcntl(write_end, 1031, 1 << 20))  # F_SETPIPE_SZ
+        inet = refusal(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+        held, pairs = 0, []
+        while True:
+            try:
+                pair = socket.socketpair()
+            except OSError:
+                break
+            pairs.append(pair)
+            pair[0].setblocking(False)
+            while True:
+                try:
+                    held += pair[0].send(b"0" * 65536)
+                except BlockingIOError:
+                    break
+        print("SOCKETS:", [held, len(pairs), grow, pipe, inet])
+        """,
+    "proc_leak": """
+        import os
+        mine = {os.getpid(), os.getppid()}
+        def text(path):
+            try:
+                with open(path, "rb") as handle:
+                    return handle.read().replace(b"\\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                return None
+        others = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in mine:
+                line = text(f"/proc/{entry}/cmdline")
+                if line:
+                    others.append(line[:2000])
+        print("PROC:", [text("/proc/cmdline"), text("/proc/sys/kernel/random/boot_id"), sorted(others)])
+        """,
     "raised_limits": """
         import resource
         raised = []
