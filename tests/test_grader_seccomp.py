@@ -200,3 +200,16 @@ def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_wo
     assert seen == {"memfd_create": refused, "shmget": refused, "inotify_init1": refused, "mq_open": refused,
                     "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
                     "so_keepalive": "allowed", "f_setpipe_sz": refused, "zmq_ipc": "pong", "torch": 27.0, "pid": True}
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.DENIED, reason=f"no filter for {platform.machine()}")
+def test_the_report_without_control_groups_gives_the_buffer_bound(monkeypatch):
+    from autograder.grade import _enforcement_warnings
+    from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits
+
+    sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 212992}
+    monkeypatch.setattr(seccomp, "_read_number", sizes.get)
+    [warning] = _enforcement_warnings(None, "no memory controller here", Limits())
+    megabytes = 2 * KERNEL_OPEN_FILES * 2 * 212992 / 2**20
+    assert f"at most {megabytes:.0f} MB per kernel (its {KERNEL_OPEN_FILES} open files" in warning
+    assert "no memory controller here" in warning and "System V shared memory were refused" in warning
