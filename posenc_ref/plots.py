@@ -714,6 +714,7 @@ def plot_curves_with_spread(
     references: Mapping[str, Any] | None = None,
     ylim: tuple[float, float] | None = None,
     spread: str = "band",
+    notes: Mapping[str, str] | None = None,
 ) -> Figure:
     """Curves over several runs: for each label the mean over runs as a line and, at each ``x``, the band from the
     smallest to the largest run (``spread="band"``) or every run as a thin line of the same colour
@@ -732,18 +733,25 @@ def plot_curves_with_spread(
             entropy of uniform attention).
         ylim: the vertical range of every panel.
         spread: ``"band"`` or ``"runs"`` (see above).
+        notes: panel title -> a short text written in that panel's lower left corner (e.g. which kinds fitted
+            on how many seeds there: what differs from panel to panel cannot go in the shared legend).
 
     Returns:
         A figure with one axes per panel (unused cells of the grid removed); in each, per curve one line (the
-        mean), then one filled band (min to max over runs) or one thin line per run, unlabelled.
+        mean), then one filled band (min to max over runs) or one thin line per run, unlabelled, and its note
+        as the axes' one text.
 
     Raises:
         ValueError: if ``panels`` or a panel is empty, ``columns`` is not a positive int, an array's shape
-            does not match ``x``, or ``spread`` is neither ``"band"`` nor ``"runs"``.
+            does not match ``x``, ``spread`` is neither ``"band"`` nor ``"runs"``, or ``notes`` names a panel
+            that ``panels`` does not have.
     """
     _check_not_empty("panels", panels)
     if spread not in ("band", "runs"):
         raise ValueError(f"spread must be 'band' or 'runs', got {spread!r}")
+    unknown = sorted(set(notes or {}) - set(panels))
+    if unknown:
+        raise ValueError(f"notes must name panels of {list(panels)}, got {unknown}")
     abscissae = _as_array("x", x, ndim=1)
     rows, columns = _grid_shape(len(panels), columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 1.6, 2.8 * rows + 0.4),
@@ -779,6 +787,9 @@ def plot_curves_with_spread(
             handles.setdefault(boundary_label or "boundary", axis.axvline(
                 boundary, color="black", linestyle="--", linewidth=1, label=boundary_label or "boundary"))
         axis.set_title(title, fontsize=10)
+        if (notes or {}).get(title):
+            axis.text(0.02, 0.03, notes[title], transform=axis.transAxes, ha="left", va="bottom", fontsize=7,
+                      bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
         if index // columns == rows - 1:
             axis.set_xlabel(xlabel)
         if index % columns == 0:
@@ -796,9 +807,11 @@ def plot_interval_panels(
     ylabel: str,
     columns: int | None = None,
     ylim: tuple[float, float] | None = None,
+    runs_as_dots: bool = False,
 ) -> Figure:
     """Means with their min-max range over runs, side by side: per panel, for each category one marker per
-    group at the mean over runs, with an error bar from the smallest to the largest run.
+    group at the mean over runs, with an error bar from the smallest to the largest run, and with
+    ``runs_as_dots`` every run as a small open dot beside it (ten seeds at 0 and 1 read apart from ten at 0.5).
 
     Args:
         categories: the labels along the horizontal axis (e.g. the rules compared).
@@ -809,7 +822,8 @@ def plot_interval_panels(
         ylim: the vertical range of every panel.
 
     Returns:
-        A figure with one axes per panel; in each, one error-bar container per group.
+        A figure with one axes per panel; in each, one error-bar container per group and, with
+        ``runs_as_dots``, one scatter collection per group holding its runs, category by category.
 
     Raises:
         ValueError: if ``categories``, ``panels`` or a panel is empty, ``columns`` is not a positive int, or an
@@ -834,10 +848,14 @@ def plot_interval_panels(
             slot = groups.index(group)
             mean = runs.mean(axis=0)
             offset = (slot - 0.5) * 0.25 if len(by_group) <= 2 else (slot - (len(by_group) - 1) / 2) * 0.2
+            colour = colours[slot % len(colours)]
             container = axis.errorbar(centres + offset, mean, yerr=[mean - runs.min(axis=0), runs.max(axis=0) - mean],
-                                      fmt="o", markersize=4, capsize=2, color=colours[slot % len(colours)],
-                                      label=group)
+                                      fmt="o", markersize=4, capsize=2, color=colour, label=group)
             handles.setdefault(group, container)
+            if runs_as_dots:
+                beside = np.broadcast_to(centres + offset + 0.06, runs.shape)  # (runs, categories)
+                axis.scatter(beside.ravel(), runs.ravel(), s=7, facecolors="none", edgecolors=colour,
+                             linewidths=0.6, alpha=0.7, label="_run")
         axis.set_xticks(centres, labels=list(categories), rotation=45, ha="right")
         axis.set_title(title, fontsize=10)
         if index % columns == 0:

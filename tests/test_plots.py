@@ -472,6 +472,17 @@ def test_curves_with_spread_can_draw_every_run_as_a_thin_line_instead_of_a_band(
         plots.plot_curves_with_spread(x, {"copy": {"shaw": runs}}, xlabel="n", ylabel="y", spread="range")
 
 
+def test_curves_with_spread_write_each_panels_note_in_that_panel_only():
+    x = [3, 4, 5]
+    panels = {"copy": {"alibi": np.ones((3, 3))}, "recall": {"alibi": np.zeros((3, 3))}}
+    figure = plots.plot_curves_with_spread(x, panels, xlabel="n", ylabel="y", notes={"recall": "alibi: 1/3 fitted"})
+    copy_axis, recall_axis = figure.axes
+    assert [text.get_text() for text in recall_axis.texts] == ["alibi: 1/3 fitted"]
+    assert list(copy_axis.texts) == []
+    with pytest.raises(ValueError, match=r"notes must name panels of \['copy', 'recall'\], got \['bites'\]"):
+        plots.plot_curves_with_spread(x, panels, xlabel="n", ylabel="y", notes={"bites": "?"})
+
+
 def test_curves_with_spread_reject_a_curve_whose_length_differs_from_x_and_bad_columns():
     with pytest.raises(ValueError, match=r"panels\['p'\]\['short'\]"):
         plots.plot_curves_with_spread([1, 2], {"p": {"short": [[1.0], [2.0]]}}, xlabel="x", ylabel="y")
@@ -499,6 +510,19 @@ def test_interval_panels_mark_the_mean_with_an_error_bar_from_the_lowest_to_the_
     assert [label.get_text() for label in axis.get_xticklabels()] == ["pi", "yarn"]
     assert axis.get_title() == "3L" and axis.get_ylabel() == "exact match"
     assert [text.get_text() for text in figure.legends[0].get_texts()] == ["zero-shot", "fine-tuned"]
+
+
+def test_interval_panels_can_draw_every_run_as_a_dot_beside_its_mean():
+    runs = np.array([[0.0, 1.0], [1.0, 1.0], [0.5, 0.0]])  # (seeds, categories)
+    figure = plots.plot_interval_panels(["pi", "yarn"], {"3L": {"zero-shot": runs}}, ylabel="y", runs_as_dots=True)
+    (axis,) = figure.axes
+    (dots,) = axis.collections[-1:]
+    points = dots.get_offsets()  # (seeds * categories, 2)
+    assert sorted(map(tuple, np.asarray(points).round(6).tolist())) == sorted(
+        (round(x, 6), y) for x, column in zip(axis.containers[0][0].get_xdata() + 0.06, runs.T) for y in column)
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["zero-shot"]  # the dots: no entry
+    plain = plots.plot_interval_panels(["pi", "yarn"], {"3L": {"zero-shot": runs}}, ylabel="y")
+    assert len(plain.axes[0].collections) == len(axis.collections) - 1
 
 
 def test_interval_panels_reject_a_group_whose_length_differs_from_the_categories():
