@@ -75,6 +75,7 @@ from autograder.gradebook import (
     copy_assignments,
     open_gradebook,
     record,
+    submission_times,
     submitted_timestamp,
     with_hand_grades,
 )
@@ -350,7 +351,9 @@ def grade(
         results, warnings_found, labels, unread = _grade_into(path, staging, out, class_gradebook, options)
         write_course_files(staging, out, class_db_url)
         results = _with_hand_grades(results, class_db_url, staging, warnings_found, options.limits)
-        write_csvs(results, staging)
+        with _open_class_gradebook(class_db_url) as gradebook:
+            times = submission_times(gradebook, results)
+        write_csvs(results, staging, times)
         write_report(results, warnings_found, staging, labels)
         _publish(staging, out)
     finally:

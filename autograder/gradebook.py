@@ -149,6 +149,27 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
     gradebook.db.commit()
 
 
+def submission_times(gradebook: Gradebook, results: Iterable[Result]) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(student, assignment) -> (due date, submission time)`` as ``nbgrader export`` writes them in its CSV: the
+    text of each datetime the gradebook holds, ``""`` where it holds none (no due date set, a submission that
+    came without a ``timestamp.txt``, or no submission)."""
+    from nbgrader.api import MissingEntry
+
+    times = {}
+    for result in results:
+        try:
+            due = gradebook.find_assignment(result.assignment).duedate
+        except MissingEntry:
+            due = None
+        try:
+            submitted = gradebook.find_submission(result.assignment, result.student).timestamp
+        except MissingEntry:
+            submitted = None
+        times[result.student, result.assignment] = ("" if due is None else str(due),
+                                                    "" if submitted is None else str(submitted))
+    return times
+
+
 def with_hand_grades(gradebook: Gradebook, result: Result) -> Result:
     """``result`` with every score an instructor gave by hand in the gradebook in place of the grader's.
 

@@ -114,6 +114,7 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     if reason := sandbox_missing():
         pytest.skip(f"the grader's sandbox cannot run here: {reason}")
     from nbgrader.api import Gradebook
+    from nbgrader.utils import parse_utc
 
     exchange, root, home = tmp_path / "exchange", tmp_path / "instructor", tmp_path / "student"
     for folder in (exchange, root, home):
@@ -179,6 +180,8 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     assert [(row["student_id"], float(row["score"])) for row in rows] == [
         (student, AUTOGRADED_POINTS + HAND_POINTS)
     ]
+    # The time of the submission graded, as nbgrader export gives it: the collected timestamp.txt's.
+    assert parse_utc(rows[0]["timestamp"]) == parse_utc((submitted.parent / "timestamp.txt").read_text())
     run(steps["release_feedback"])
 
     # The student fetches the feedback.

@@ -127,7 +127,7 @@ def refresh(out: Path) -> list[Result]:
     from autograder.feedback.escape import report_text
     from autograder.feedback.limited import RenderFailed
     from autograder.grade import configured_limits
-    from autograder.gradebook import open_gradebook, with_hand_grades
+    from autograder.gradebook import open_gradebook, submission_times, with_hand_grades
     from autograder.records import Records
 
     out = Path(out).resolve()
@@ -139,6 +139,7 @@ def refresh(out: Path) -> list[Result]:
     try:
         with open_gradebook(db_url, course_id) as gradebook:
             results = [with_hand_grades(gradebook, result) for result in kept]
+            times = submission_times(gradebook, with_unsubmitted(results))
     except SQLAlchemyError as error:
         raise ValueError(f"the gradebook of {out} cannot be opened ({type(error).__name__}: {error})") from error
     limits, not_made = configured_limits(), []
@@ -152,7 +153,7 @@ def refresh(out: Path) -> list[Result]:
     results = with_unsubmitted(results)
     with tempfile.TemporaryDirectory(prefix=".autograder-reports-", dir=out) as staging_name:
         staging = Path(staging_name)
-        write_csvs(results, staging)
+        write_csvs(results, staging, times)
         labels = item_numbers({result.assignment for result in results})
         write_report(results, [*report_warnings(out / "report.txt"), *not_made], staging, labels)
         for name in ("grades.csv", "items.csv", "report.txt"):

@@ -36,12 +36,15 @@ EXPORT_COLUMNS = (
 ITEM_COLUMNS = ("student_id", "assignment", "item", "score", "max_score", "status", "message")
 
 
-def export_row(result: Result) -> dict[str, str]:
-    """The row of ``nbgrader export`` for one result (no names, due dates or late penalties here)."""
+def export_row(result: Result, times: tuple[str, str] = ("", "")) -> dict[str, str]:
+    """The row of ``nbgrader export`` for one result, with its ``(due date, submission time)``
+    (:func:`autograder.gradebook.submission_times`; no names or late penalties here)."""
     score = str(float(result.score))
     row = dict.fromkeys(EXPORT_COLUMNS, "")
     row.update(
         assignment=result.assignment,
+        duedate=times[0],
+        timestamp=times[1],
         student_id=result.student,
         raw_score=score,
         late_submission_penalty="0.0",
@@ -51,13 +54,15 @@ def export_row(result: Result) -> dict[str, str]:
     return row
 
 
-def write_csvs(results: list[Result], out: Path) -> None:
-    """``grades.csv`` and ``items.csv``; every cell a student could choose is neutralized (:func:`csv_row`)."""
+def write_csvs(results: list[Result], out: Path,
+               times: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
+    """``grades.csv`` and ``items.csv``; every cell a student could choose is neutralized (:func:`csv_row`).
+    ``times``: each result's due date and submission time (:func:`autograder.gradebook.submission_times`)."""
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(EXPORT_COLUMNS)
         for result in results:
-            row = export_row(result)
+            row = export_row(result, (times or {}).get((result.student, result.assignment), ("", "")))
             writer.writerow(csv_row(row[column] for column in EXPORT_COLUMNS))
     with open(out / "items.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
