@@ -109,6 +109,8 @@ ASSIGNMENT_BUTTONS = [
      "python -m autograder feedback --out {course}"),
     ("td.release-feedback a", f"/formgrader/api/assignment/{ASSIGNMENT}/release_feedback",
      f"(cd {{course}} && nbgrader release_feedback {ASSIGNMENT})"),
+    ("td.assign a", f"/formgrader/api/assignment/{ASSIGNMENT}/assign",  # Generate (the student version)
+     "python -m autograder course --out {course}"),
 ]  # fmt: skip
 COLLECT = f"python -m autograder collect {ASSIGNMENT} --roster ROSTER.csv --out {{course}}/submitted"
 

@@ -151,4 +151,5 @@ def test_every_route_of_nbgraders_formgrader_api_that_grades_writes_feedback_or_
         if f"self.api.{method}(" in inspect.getsource(handler.post)
     }
     assert calling == ROUTES
-    assert set(calling.values()) == {"autograde", "generate_feedback", "release_feedback", "collect"}
+    assert set(calling.values()) == {"autograde", "generate_feedback", "release_feedback", "collect",
+                                     "generate_assignment"}

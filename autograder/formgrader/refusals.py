@@ -7,13 +7,15 @@ before nbgrader's own handlers see them:
 - Manage Submissions, per student: Autograde (``nbgrader autograde``: the student's notebook run as the
   server's user with no sandbox, its kernel's verdicts trusted), Generate Feedback (nbgrader's page without the
   course's Content-Security-Policy, with the hidden tests' expected answers in it) and Release Feedback;
-- Manage Assignments, per assignment: Collect (``nbgrader collect``, which authenticates nobody and follows
-  links), Generate Feedback and Release Feedback (all students).
+- Manage Assignments, per assignment: Generate (``nbgrader generate_assignment``, which writes ``release/``
+  again from ``source/`` without the course's own generation and rewrites the gradebook's record of an
+  assignment that may already hold submissions), Collect (``nbgrader collect``, which authenticates nobody and
+  follows links), Generate Feedback and Release Feedback (all students).
 
 Each answers ``200`` with ``{"success": false, "error": MESSAGE}``, the form in which nbgrader's API reports a
 command that did not run, so that the formgrader shows MESSAGE in its error dialog (a 4xx answer would only
 show "There was an error ..."): what the button would have done, and the course's command that does it
-(``python -m autograder grade``, ``feedback``, ``collect``, and ``nbgrader release_feedback`` run after
+(``python -m autograder grade``, ``feedback``, ``collect``, ``course``, and ``nbgrader release_feedback`` run after
 ``feedback``, as book/guide_instructors.md writes them), with this course directory's path. Nothing is run and
 nothing is written. Every other route (the grades, the comments, the pages) is nbgrader's.
 """
@@ -37,6 +39,7 @@ ROUTES = {  # nbgrader's route (apihandlers.default_handlers) -> the action refu
     r"/formgrader/api/assignment/([^/]+)/generate_feedback": "generate_feedback",
     r"/formgrader/api/assignment/([^/]+)/release_feedback": "release_feedback",
     r"/formgrader/api/assignment/([^/]+)/collect": "collect",
+    r"/formgrader/api/assignment/([^/]+)/assign": "generate_assignment",
 }
 REFUSED_API_CALLS = frozenset(ROUTES.values())  # the methods of nbgrader's NbGraderAPI behind those routes
 
@@ -65,6 +68,14 @@ def refusal(action: str, course: str, assignment: str) -> str:
         "release_feedback": (
             "Not run: feedback is released from a terminal, once no student can submit again, after the hand "
             f"grades are in the pages:\n  {feedback}\n  {release}"
+        ),
+        "generate_assignment": (
+            "Not run: nbgrader's Generate would write the student notebooks of release/ again from source/ with "
+            "nbgrader alone, without the course's own generation, and rewrite the gradebook's record of an "
+            "assignment that may already hold submissions and hand grades. The course's student notebooks are "
+            f"the ones in {out}/release, written by this command from the course repository's root:\n"
+            f"  python -m autograder course --out {out}\n"
+            f"and released to the exchange with:\n  (cd {out} && nbgrader release_assignment {name})"
         ),
         "collect": (
             "Not run: nbgrader's Collect authenticates nobody and follows links. Collect the newest submission "
@@ -103,7 +114,7 @@ def _load_jupyter_server_extension(serverapp) -> None:
     web_app.add_handlers(".*$", handlers)
     rules = web_app.default_router.rules
     rules.insert(0, rules.pop(-2))  # add_handlers put it before the last rule
-    serverapp.log.info("autograder: the formgrader's autograde, feedback and collect calls are refused")
+    serverapp.log.info("autograder: the formgrader's autograde, feedback, collect and generate calls are refused")
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
