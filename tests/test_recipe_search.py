@@ -70,7 +70,10 @@ def test_ties_go_to_the_higher_lowest_exact_match_then_to_the_cheaper_recipe():
     rows = {"study": run_rows("t5", "recall", 100, POOR), "slow-long": run_rows("t5", "recall", 100, ALMOST),
             "wide-slow-long": run_rows("t5", "recall", 100, ALMOST)}
     (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
-    assert choice.recipe == "slow-long" and choice.fitted == {"study": 0, "slow-long": 0, "wide-slow-long": 0}
+    assert choice.recipe == "slow-long" and choice.first_stage_fitted == {"study": 0, "slow-long": 0,
+                                                                          "wide-slow-long": 0}
+    assert choice.finalists == ("slow-long", "wide-slow-long") and choice.fitted == {"slow-long": 0,
+                                                                                    "wide-slow-long": 0}
 
 
 def test_recipes_are_compared_on_the_seeds_they_all_finished():
@@ -78,6 +81,32 @@ def test_recipes_are_compared_on_the_seeds_they_all_finished():
             "slow-long": run_rows("alibi", "copy", 100, ALMOST)}  # seed 101 still running
     (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
     assert choice.seeds == (100,) and choice.recipe == "slow-long" and choice.runs == 1
+
+
+def test_the_first_stages_best_two_are_ranked_again_on_every_seed_they_finished():
+    rows = {
+        "study": run_rows("rope", "copy", 100, POOR) + run_rows("rope", "copy", 101, FIT),  # not a finalist
+        "slow-long": run_rows("rope", "copy", 100, FIT) + run_rows("rope", "copy", 101, POOR),
+        "wide-slow-long": run_rows("rope", "copy", 100, ALMOST) + run_rows("rope", "copy", 101, FIT),
+    }
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    # First stage, seed 100: slow-long fits (1), wide-slow-long's lowest 0.97 beats the study's 0.4.
+    assert choice.first_stage_seeds == (100,) and choice.first_stage_fitted == {
+        "study": 0, "slow-long": 1, "wide-slow-long": 0}
+    assert choice.finalists == ("slow-long", "wide-slow-long")
+    # Second stage, seeds 100 and 101: one fitted run each; wide-slow-long's mean lowest (0.97 + 1) / 2 beats
+    # slow-long's (1 + 0.4) / 2. The study fitted seed 101 too, but went out in the first stage.
+    assert (choice.recipe, choice.seeds, choice.runs) == ("wide-slow-long", (100, 101), 2)
+    assert choice.fitted == {"slow-long": 1, "wide-slow-long": 1}
+    assert choice.lowest_inside == {"slow-long": pytest.approx(0.7), "wide-slow-long": pytest.approx(0.985)}
+
+
+def test_with_the_first_seed_alone_the_choice_is_the_first_stages_best():
+    rows = {recipe: run_rows("t5", "copy", 100, values)
+            for recipe, values in (("study", POOR), ("slow-long", ALMOST), ("wide-slow-long", FIT))}
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert choice.finalists == ("wide-slow-long", "slow-long") and choice.recipe == "wide-slow-long"
+    assert choice.seeds == choice.first_stage_seeds == (100,)
 
 
 def test_a_row_beyond_the_training_range_is_refused():
@@ -112,6 +141,36 @@ def test_the_command_runs_seed_by_seed_and_writes_its_choice(tmp_path, monkeypat
     assert {kind: choice["recipe"] for kind, choice in chosen.items()} == {"t5": "slow-long", "rope": "slow-long"}
     assert chosen["rope"]["fitted"] == {"study": 0, "slow-long": 2}
     assert "rope: slow-long" in capsys.readouterr().out
+
+
+def test_finalists_only_runs_each_recipe_for_the_kinds_it_is_a_finalist_of(tmp_path, monkeypatch):
+    calls = []
+
+    def recording_run(settings, *, out_dir, command, **options):
+        """Seed 100: t5 fits under slow-long only, rope under wide-slow-long only."""
+        calls.append((out_dir.relative_to(tmp_path).as_posix(), settings.positions))
+        (out_dir / "runs").mkdir(parents=True)
+        for run in settings.runs():
+            recipe = out_dir.parent.name
+            fits = {"t5": "slow-long", "rope": "wide-slow-long"}[run.position] == recipe
+            (out_dir / "runs" / f"{run.key}.json").write_text(
+                json.dumps(run_rows(run.position, run.task, run.seed, FIT if fits else POOR)))
+        return []
+
+    monkeypatch.setattr(recipe_search, "run_length_generalization", recording_run)
+    base = ["recipe-search", "--out", str(tmp_path), "--tasks", "copy", "--positions", "t5,rope", "--no-progress"]
+    with pytest.raises(SystemExit):  # no first stage yet
+        cli.main([*base, "--recipes", "study,slow-long,wide-slow-long", "--seeds", "101", "--finalists"])
+    cli.main([*base, "--recipes", "study,slow-long,wide-slow-long", "--seeds", "100"])
+    calls.clear()
+    cli.main([*base, "--recipes", "study,slow-long,wide-slow-long", "--seeds", "101", "--finalists"])
+    # Finalists: t5 -> slow-long, then study (lowest 0.4 ties wide-slow-long's; the cheaper goes on); rope ->
+    # wide-slow-long, then study.
+    assert calls == [("study/seed-101", ("t5", "rope")), ("slow-long/seed-101", ("t5",)),
+                     ("wide-slow-long/seed-101", ("rope",))]
+    chosen = json.loads((tmp_path / "chosen.json").read_text())
+    assert chosen["t5"]["seeds"] == [100, 101] and chosen["t5"]["recipe"] == "slow-long"
+    assert chosen["rope"]["finalists"] == ["wide-slow-long", "study"]
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):

@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"recipes among {', '.join(RECIPES)} (default: all)")
     search.add_argument("--seeds", type=_seeds, default=SEARCH_SEEDS, metavar="A,B",
                         help=f"seeds, none of the study's (default: {','.join(map(str, SEARCH_SEEDS))})")
+    search.add_argument("--finalists", action="store_true",
+                        help="run each recipe only for the kinds of which the first seed made it a finalist")
     search.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
     search.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -173,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         try:
             torch.set_num_threads(1)
             results = run_recipe_search(arguments.out, tasks=arguments.tasks, positions=arguments.positions,
-                                        recipes=arguments.recipes, seeds=arguments.seeds, jobs=arguments.jobs,
+                                        recipes=arguments.recipes, seeds=arguments.seeds,
+                                        finalists_only=arguments.finalists, jobs=arguments.jobs,
                                         progress=not arguments.no_progress,
                                         command=["python", "-m", "posenc_ref.lab", *(
                                             sys.argv[1:] if argv is None else argv)])

@@ -3,7 +3,7 @@ r"""Each position kind's training recipe, chosen on held-out data inside the tra
 Command line::
 
     python -m posenc_ref.lab recipe-search --out DIR [--positions A,B] [--tasks A,B] [--recipes A,B]
-        [--seeds 100,101,102] [--jobs N] [--no-progress]
+        [--seeds 100,101,102] [--finalists] [--jobs N] [--no-progress]
 
 The study trains every kind with one recipe (:data:`posenc_ref.lab.settings.FULL_SETTINGS`). A kind that does
 not fit its tasks under that recipe says nothing about lengths beyond the training range, so before kinds are
@@ -20,11 +20,17 @@ Each recipe runs one seed at a time into ``DIR/<recipe>/seed-<seed>/``, a resuma
 stopped, and the seeds finished so far are a usable first stage (every recipe's first seed comes before any
 recipe's second).
 
-:func:`choose_recipes` reads the finished runs and chooses, per kind, the recipe under which the most of its
-(task, seed) runs fitted (:func:`posenc_ref.lab.results.fitted`); a tie goes to the higher mean over those runs
-of the lowest exact match inside the training range, then to the cheaper recipe (the earlier in
-:data:`RECIPES`). A choice is made on the seeds that every candidate recipe has finished for that kind, so that
-recipes are compared on the same seeds.
+:func:`choose_recipes` reads the finished runs and chooses, per kind, in two stages, each of which ranks
+recipes by how many of the kind's (task, seed) runs fitted (:func:`posenc_ref.lab.results.fitted`), a tie going
+to the higher mean over those runs of the lowest exact match inside the training range, then to the cheaper
+recipe (the earlier in :data:`RECIPES`):
+
+1. every recipe with runs of the kind is ranked on the runs of the first seed that all of them finished (the
+   first seed, which every recipe runs first), and the best :data:`FINALISTS` go on;
+2. the finalists are ranked again on every run that they all finished (the later seeds, which
+   ``--finalists`` runs for them only), and the first is chosen.
+
+Recipes are thus always compared on the same runs; with the first seed alone, the choice is stage 1's best.
 """
 
 from __future__ import annotations
@@ -64,6 +70,9 @@ Every recipe keeps the study's stopping rule, schedule and model kind."""
 SEARCH_SEEDS: tuple[int, ...] = (100, 101, 102)
 """The search's seeds: none of them is a seed of the study (0..9)."""
 
+FINALISTS = 2
+"""How many recipes of a kind go on from the first stage (the first seed) to the later seeds."""
+
 
 def search_settings(recipe: str, *, tasks: Sequence[str], positions: Sequence[str],
                     seed: int) -> LengthGeneralizationSettings:
@@ -89,19 +98,32 @@ def recipe_folder(out_dir: str | Path, recipe: str, seed: int) -> Path:
 
 def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: Sequence[str],
                       recipes: Sequence[str] = tuple(RECIPES), seeds: Sequence[int] = SEARCH_SEEDS,
-                      jobs: int = 2, progress: bool = True, command: Sequence[str]) -> dict[str, list[dict]]:
+                      finalists_only: bool = False, jobs: int = 2, progress: bool = True,
+                      command: Sequence[str]) -> dict[str, list[dict]]:
     """Run every recipe on every seed, seed by seed, each into :func:`recipe_folder` on the CPU with one thread
     per job; returns ``{"<recipe>/seed-<seed>": rows}``. ``command`` is recorded in each folder's provenance.
+    With ``finalists_only``, a recipe runs only the kinds of which it is a finalist (:func:`choose_recipes`'s
+    first stage, on what ``out_dir`` holds), and not at all when it is no kind's.
 
     Raises:
-        ValueError: an unknown recipe, a seed of the study, cells the study's settings do not allow, or
-            ``jobs`` < 1.
+        ValueError: an unknown recipe, a seed of the study, cells the study's settings do not allow,
+            ``jobs`` < 1, or ``finalists_only`` with a kind that ``out_dir`` holds no first stage of.
     """
     check_positive_int("jobs", jobs)
     if not recipes or isinstance(recipes, str):
         raise ValueError(f"recipes must be a non-empty sequence of names from {list(RECIPES)}, got {recipes!r}")
-    chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=positions, seed=seed))
-              for seed in seeds for recipe in recipes]  # every setting checked before the first run
+    kinds_of = {recipe: tuple(positions) for recipe in recipes}
+    if finalists_only:
+        choices = choose_recipes(read_search(out_dir), target_accuracy=FULL_SETTINGS.target_accuracy,
+                                 train_length=FULL_SETTINGS.train_length)
+        missing = [kind for kind in positions if kind not in choices]
+        if missing:
+            raise ValueError(f"finalists_only needs a first stage of every kind in {out_dir}; it holds none of "
+                             f"{missing}: run the first seed of every recipe first")
+        kinds_of = {recipe: tuple(kind for kind in positions if recipe in choices[kind].finalists)
+                    for recipe in recipes}
+    chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=kinds_of[recipe], seed=seed))
+              for seed in seeds for recipe in recipes if kinds_of[recipe]]  # every setting checked first
     results = {}
     for recipe, seed, settings in chosen:
         begin = time.perf_counter()
@@ -119,10 +141,13 @@ class RecipeChoice:
 
     kind: str
     recipe: str
-    seeds: tuple[int, ...]  # the seeds every candidate finished
-    fitted: dict[str, int]  # recipe -> runs fitted, over the tasks and those seeds
-    runs: int  # (task, seed) runs per recipe
-    lowest_inside: dict[str, float]  # recipe -> mean lowest exact match inside the training range
+    seeds: tuple[int, ...]  # the seeds every finalist finished
+    fitted: dict[str, int]  # finalist -> runs fitted, over the tasks and those seeds
+    runs: int  # (task, seed) runs per finalist
+    lowest_inside: dict[str, float]  # finalist -> mean lowest exact match inside the training range
+    finalists: tuple[str, ...]  # the first stage's best, best first
+    first_stage_seeds: tuple[int, ...]  # the seeds every recipe finished
+    first_stage_fitted: dict[str, int]  # recipe -> runs fitted on those seeds
 
 
 def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, target_accuracy: float,
@@ -142,22 +167,40 @@ def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, ta
     for recipe, rows in rows_by_recipe.items():
         for row in rows:
             runs.setdefault((kind_label(row), recipe), {}).setdefault((row["task"], int(row["seed"])), []).append(row)
+    order = list(rows_by_recipe)
     choices = {}
     for kind in dict.fromkeys(kind for kind, _ in runs):
-        candidates = [recipe for recipe in rows_by_recipe if (kind, recipe) in runs]
-        shared = set.intersection(*(set(runs[kind, recipe]) for recipe in candidates))
-        if not shared:
-            raise ValueError(f"kind {kind!r}: the recipes {candidates} share no finished (task, seed) run")
-        fitted_runs, lowest = {}, {}
-        for recipe in candidates:
-            chosen_runs = [runs[kind, recipe][key] for key in sorted(shared)]
-            fitted_runs[recipe] = sum(fitted(run_rows, target_accuracy) for run_rows in chosen_runs)
-            lowest[recipe] = statistics.fmean(min(float(row["accuracy"]) for row in run_rows)
-                                              for run_rows in chosen_runs)
-        best = min(candidates, key=lambda recipe: (-fitted_runs[recipe], -lowest[recipe], candidates.index(recipe)))
-        choices[kind] = RecipeChoice(kind, best, tuple(sorted({seed for _, seed in shared})), fitted_runs,
-                                     len(shared), lowest)
+        candidates = [recipe for recipe in order if (kind, recipe) in runs]
+        first_keys, first_fitted, _, ranked = _ranked(runs, kind, candidates, target_accuracy, first_seed_only=True)
+        finalists = ranked[:FINALISTS]
+        keys, fitted_runs, lowest, final = _ranked(runs, kind, finalists, target_accuracy)
+        choices[kind] = RecipeChoice(kind, final[0], _seeds(keys), fitted_runs, len(keys), lowest,
+                                     tuple(finalists), _seeds(first_keys), first_fitted)
     return choices
+
+
+def _seeds(keys) -> tuple[int, ...]:
+    return tuple(sorted({seed for _, seed in keys}))
+
+
+def _ranked(runs, kind: str, candidates: list[str], target_accuracy: float, first_seed_only: bool = False):
+    """The (task, seed) runs that ``candidates`` all finished (of the lowest such seed only, with
+    ``first_seed_only``), each one's runs fitted and mean lowest exact match on them, and the candidates best
+    first (more fitted, then higher lowest, then earlier)."""
+    shared = set.intersection(*(set(runs[kind, recipe]) for recipe in candidates))
+    if not shared:
+        raise ValueError(f"kind {kind!r}: the recipes {candidates} share no finished (task, seed) run")
+    if first_seed_only:
+        first = min(seed for _, seed in shared)
+        shared = {key for key in shared if key[1] == first}
+    keys = sorted(shared)
+    fitted_runs, lowest = {}, {}
+    for recipe in candidates:
+        chosen_runs = [runs[kind, recipe][key] for key in keys]
+        fitted_runs[recipe] = sum(fitted(run_rows, target_accuracy) for run_rows in chosen_runs)
+        lowest[recipe] = statistics.fmean(min(float(row["accuracy"]) for row in run_rows) for run_rows in chosen_runs)
+    ranked = sorted(candidates, key=lambda recipe: (-fitted_runs[recipe], -lowest[recipe], candidates.index(recipe)))
+    return keys, fitted_runs, lowest, ranked
 
 
 def read_search(out_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
@@ -182,7 +225,9 @@ def write_choices(out_dir: str | Path) -> dict[str, RecipeChoice]:
 
 
 def choice_lines(choices: Mapping[str, RecipeChoice]) -> list[str]:
-    """One line per kind: the recipe chosen, and how many runs each recipe fitted."""
+    """One line per kind: the recipe chosen, how many runs each finalist fitted, and the first stage."""
     return [f"{kind}: {choice.recipe} (runs fitted of {choice.runs}, seeds {list(choice.seeds)}: "
-            + ", ".join(f"{recipe} {count}" for recipe, count in choice.fitted.items()) + ")"
+            + ", ".join(f"{recipe} {count}" for recipe, count in choice.fitted.items())
+            + f"; first stage, seeds {list(choice.first_stage_seeds)}: "
+            + ", ".join(f"{recipe} {count}" for recipe, count in choice.first_stage_fitted.items()) + ")"
             for kind, choice in choices.items()]
