@@ -208,7 +208,7 @@ def _collect_command(arguments: argparse.Namespace) -> int:
             allow_late=arguments.allow_late,
         )
     except (FileNotFoundError, ValueError) as error:
-        print(f"collect: {error}", file=sys.stderr)
+        print(report_text(f"collect: {error}"), file=sys.stderr)
         return 2
     for warning in collected.warnings:
         print(report_text(f"warning: {warning}"))

@@ -144,7 +144,8 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
             bound = seccomp.buffer_bound(KERNEL_OPEN_FILES)
             buffers = (f"at most {bound / 2**20:.0f} MB" if bound else
                        "an amount this machine's /proc/sys/net/core does not tell")
-            outside = ("anonymous memory files and System V shared memory were refused to kernels by a seccomp "
+            outside = ("anonymous memory files and System V shared memory, semaphores and message queues were "
+                       "refused to kernels by a seccomp "
                        "filter, and the buffers of the sockets and pipes a kernel fills, which no limit counts "
                        f"without a control group, were held by it to their default sizes: {buffers} per kernel "
                        f"(its {KERNEL_OPEN_FILES} open files, each with its default buffers)")

@@ -119,6 +119,8 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     exchange, root, home = tmp_path / "exchange", tmp_path / "instructor", tmp_path / "student"
     for folder in (exchange, root, home):
         folder.mkdir()
+    exchange.chmod(0o1777)  # the guide's one-time root step: writable by every account, and sticky
+    assert "sudo chmod 1777 /usr/local/share/nbgrader/exchange" in GUIDE.read_text(encoding="utf-8")
     monkeypatch.setenv("HOME", str(home))  # nbgrader reads ~/.jupyter: a home of this test's own
     student = pwd.getpwuid(os.getuid()).pw_name
     course = root / "course"

@@ -235,6 +235,37 @@ def test_an_old_name_on_late_work_is_recorded_late(tmp_path, accounts):
     assert recorded > deadline and abs(recorded - now) < datetime.timedelta(minutes=10)
 
 
+def test_collect_reads_nothing_from_an_exchange_another_account_could_swap_or_owns(tmp_path, accounts):
+    """The exchange's root writable by all without the sticky bit (as nbgrader makes it), a course folder
+    another account owns, or one that is a link: nothing is collected, and the command says which and why."""
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    alice = accounts["alice"][1]
+    _give(_inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", alice), alice)
+    exchange.chmod(0o777)
+    completed = _collect(exchange, roster, out, cwd=tmp_path)
+    assert completed.returncode == 2 and not out.exists(), completed.stdout
+    assert "writable by other accounts without the sticky bit" in completed.stderr
+    assert f"chmod +t {exchange}" in completed.stderr
+
+    exchange.chmod(0o1777)  # sticky: collected
+    assert _collect(exchange, roster, out, cwd=tmp_path).returncode == 0
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+
+    impostor_name, impostor = accounts["impostor"]
+    os.chown(exchange / COURSE, impostor, impostor)  # a course folder another account made
+    completed = _collect(exchange, roster, tmp_path / "again", cwd=tmp_path)
+    assert completed.returncode == 2 and not (tmp_path / "again").exists()
+    assert f"{str(exchange / COURSE)!r} is owned by {impostor_name!r} (uid {impostor})" in completed.stderr
+
+    os.chown(exchange / COURSE, os.getuid(), os.getgid())
+    (exchange / COURSE).rename(exchange / "elsewhere")
+    (exchange / COURSE).symlink_to(exchange / "elsewhere")  # a link in place of the course folder
+    completed = _collect(exchange, roster, tmp_path / "again", cwd=tmp_path)
+    assert completed.returncode == 2 and "is not a folder of its own (a link" in completed.stderr
+
+
 def test_collect_refuses_a_destination_that_holds_the_answer_key(tmp_path, accounts):
     exchange = tmp_path / "exchange"
     (exchange / COURSE / "inbound").mkdir(parents=True)
@@ -252,6 +283,7 @@ def test_each_students_newest_own_work_is_graded_and_the_impostor_is_named(tmp_p
     exchange, root, home = tmp_path / "exchange", tmp_path / "instructor", tmp_path / "home"
     for folder in (exchange, root, home):
         folder.mkdir()
+    exchange.chmod(0o1777)  # the guide's one-time root step
     monkeypatch.setenv("HOME", str(home))
     steps = {step.arguments[0]: step for step in guide_loop(GUIDE.read_text(encoding="utf-8"))}
     course, inbound = root / "course", exchange / COURSE / "inbound"

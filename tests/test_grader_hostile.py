@@ -179,6 +179,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     # What counts against the grader's own account machine-wide: refused (seccomp, RLIMIT_MSGQUEUE).
     assert _printed(_page(batch, "per_user_counters"), "COUNTERS") == [[0, "EPERM", 0, "EPERM"]]
     assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
+    # The grader's session keyring (its keys, its quota) and System V message queues: refused.
+    assert _printed(_page(batch, "keyrings"), "KEYS") == [["EPERM", "EPERM"]]
     # Socket and pipe buffers, which only a control group counts: no growing them, Unix sockets only, and as
     # many as the kernel's open files allow, each with its default buffer.
     [[held, pairs, grown, pipe_grown, inet]] = _printed(_page(batch, "socket_buffers"), "SOCKETS")
@@ -188,8 +190,9 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
 
 
 def test_the_kernel_sees_no_process_of_its_stage_nor_the_machines_identity(batch):
-    [[command_line, boot_id, others]] = _printed(_page(batch, "proc_leak"), "PROC")
+    [[command_line, boot_id, others, machine, hostname]] = _printed(_page(batch, "proc_leak"), "PROC")
     assert not command_line and not boot_id  # covered: unreadable or empty
+    assert machine == ["", "", "", "", ""] and hostname == "sandbox"  # the grader's keys, the kernel's state
     # What it sees: its own bwrap (pid 1 of its namespace) and itself, never the stage's bwrap, the stage or the
     # launcher, whose command lines run autograder.sandbox (and name the control groups and received paths).
     assert len(others) <= 2 and [line for line in others if "autograder.sandbox" in line] == [], others

@@ -1,4 +1,4 @@
-"""autograder.sandbox.seccomp: the kernel's filter refuses anonymous memory files, System V shared memory, the
+"""autograder.sandbox.seccomp: the kernel's filter refuses anonymous memory files, System V IPC, keyrings, the
 per-user counters, sockets of any family but Unix and netlink and growing a socket's or a pipe's buffers.
 
 The program is read by a BPF interpreter written here from the kernel's documentation (classic BPF, the
@@ -23,12 +23,14 @@ from autograder.sandbox import seccomp
 
 # From arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h (arm64).
 KERNEL_NUMBERS = {
-    "x86_64": {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447, "inotify_init": 253,
-               "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425, "getpid": 39,
-               "write": 1, "socket": 41, "socketpair": 53, "setsockopt": 54, "fcntl": 72},
-    "aarch64": {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447, "inotify_init1": 26,
-                "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "getpid": 172, "write": 64,
-                "socket": 198, "socketpair": 199, "setsockopt": 208, "fcntl": 25},
+    "x86_64": {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
+               "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425,
+               "add_key": 248, "request_key": 249, "keyctl": 250, "getpid": 39, "write": 1, "socket": 41,
+               "socketpair": 53, "setsockopt": 54, "fcntl": 72},
+    "aarch64": {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279, "memfd_secret": 447,
+                "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "add_key": 217,
+                "request_key": 218, "keyctl": 219, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
+                "setsockopt": 208, "fcntl": 25},
 }
 ARGUMENT_CHECKED = ("socket", "socketpair", "setsockopt", "fcntl")
 # linux/socket.h, asm-generic/socket.h, linux/fcntl.h
@@ -40,8 +42,8 @@ F_GETFL, F_SETFL, F_SETPIPE_SZ, F_GETPIPE_SZ = 3, 4, 1031, 1032
 AUDIT_ARCH = {"x86_64": 62 | 0x80000000 | 0x40000000, "aarch64": 183 | 0x80000000 | 0x40000000}
 HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
            "aarch64": Path("/usr/include/asm-generic/unistd.h")}
-DENIED_CALLS = ("shmget", "shmat", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1", "fanotify_init",
-                "mq_open", "io_uring_setup")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
+DENIED_CALLS = ("shmget", "shmat", "semget", "msgget", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1",
+                "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
 
 
@@ -160,6 +162,14 @@ seen["mq_open"] = errno.errorcode[ctypes.get_errno()] if queue < 0 else "allowed
 if queue >= 0:
     os.close(queue)
     libc.mq_unlink(b"/autograder-probe")
+libc.syscall.restype = ctypes.c_long
+KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+found = libc.syscall(KEYCTL, ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))  # GET_KEYRING_ID, session
+seen["keyctl"] = errno.errorcode[ctypes.get_errno()] if found < 0 else "allowed"
+queue = libc.msgget(0, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+seen["msgget"] = errno.errorcode[ctypes.get_errno()] if queue < 0 else "allowed"
+if queue >= 0:
+    libc.msgctl(queue, 0, None)  # IPC_RMID
 import fcntl, socket
 def refusal(call):
     try:
@@ -198,6 +208,7 @@ def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_wo
     seen = json.loads(completed.stdout.strip().splitlines()[-1])
     refused = "EPERM" if mode == "filtered" else "allowed"
     assert seen == {"memfd_create": refused, "shmget": refused, "inotify_init1": refused, "mq_open": refused,
+                    "keyctl": refused, "msgget": refused,
                     "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
                     "so_keepalive": "allowed", "f_setpipe_sz": refused, "zmq_ipc": "pong", "torch": 27.0, "pid": True}
 
@@ -212,4 +223,4 @@ def test_the_report_without_control_groups_gives_the_buffer_bound(monkeypatch):
     [warning] = _enforcement_warnings(None, "no memory controller here", Limits())
     megabytes = 2 * KERNEL_OPEN_FILES * 2 * 212992 / 2**20
     assert f"at most {megabytes:.0f} MB per kernel (its {KERNEL_OPEN_FILES} open files" in warning
-    assert "no memory controller here" in warning and "System V shared memory were refused" in warning
+    assert "no memory controller here" in warning and "System V shared memory, semaphores and message queues were refused" in warning

@@ -23,6 +23,11 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   future, and so is a submission later than ``deadline`` (its timestamp, or the status change time of its
   folder or of a file read from it, which the kernel sets at each change and nobody can set to a chosen time,
   whichever is latest) unless the instructor allows late work;
+- the folders from the exchange's root to the course's ``inbound/`` are opened one by one, never through a
+  link, and refused (nothing is collected, and the command says why) when one of them is owned by an account
+  other than the instructor's (who runs ``collect``) or root, or when the root or the course's folder is
+  writable by other accounts without the sticky bit: any account could then rename the course's folder and put
+  its own in its place, and receive the class's submissions (:func:`open_inbound`);
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
   (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
   ``submission_secret.txt`` as checked text, nothing else a student put there. DIR must not hold ``source/``
@@ -38,7 +43,9 @@ import datetime
 import os
 import pwd
 import re
+import shlex
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,6 +325,53 @@ def _listing(inbound: Folder, assignment: str, roster: dict[str, str], uids: dic
     return sorted(records, key=lambda record: (record.timestamp, record.name), reverse=True)
 
 
+def open_inbound(exchange: Path, course_id: str) -> Folder:
+    """The course's ``inbound/`` folder of ``exchange``, opened level by level from the exchange's root (as the
+    instructor names it) without following a link, each level checked as the module's docstring says.
+
+    Raises:
+        FileNotFoundError: the exchange has no inbound folder for ``course_id``.
+        ValueError: a level is a link, not a folder, owned by another account, or (the root, the course's folder)
+            writable by other accounts without the sticky bit; the message names the folder and what to do.
+    """
+    trusted = {os.geteuid(), 0}
+    path = Path(exchange)
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in (None, course_id, "inbound"):
+            if name is not None:
+                path = path / name
+                try:
+                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                    dir_fd=descriptor)
+                except FileNotFoundError:
+                    raise FileNotFoundError(f"the exchange {str(exchange)!r} has no inbound folder for course "
+                                            f"{course_id!r} ({str(path)!r} is missing)") from None
+                except OSError as error:
+                    raise ValueError(f"nothing collected: {str(path)!r} is not a folder of its own (a link, or "
+                                     f"another kind of file: {error.strerror}); the exchange's course folders must "
+                                     "be the ones nbgrader release_assignment made") from error
+                os.close(descriptor)
+                descriptor = child
+            status = os.fstat(descriptor)
+            if status.st_uid not in trusted:
+                raise ValueError(
+                    f"nothing collected: {str(path)!r} is owned by {account_name(status.st_uid)}, not by you "
+                    f"({account_name(os.geteuid())}) or root: another account made it or put it in place of "
+                    "yours, and may read what students submit into it. Move it aside, release the assignment "
+                    "again, and make the exchange's root sticky (chmod 1777)")
+            shared = status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX
+            if name != "inbound" and shared:
+                raise ValueError(
+                    f"nothing collected: {str(path)!r} (mode {stat.S_IMODE(status.st_mode):o}) is writable by other "
+                    "accounts without the sticky bit, so any account can rename the folder in it and put its own "
+                    f"in its place; make it sticky: chmod +t {shlex.quote(str(path))}")
+        return Folder(descriptor)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def check_destination(out: Path) -> None:
     """Refuse a destination that holds ``source/``: student files never go where the answer key lies.
 
@@ -348,20 +402,19 @@ def collect(
     written into ``out/<student>/<assignment>/`` (replacing what was there); see the module's docstring.
 
     Raises:
-        ValueError: ``out`` holds ``source/``, or a roster's account does not exist.
+        ValueError: ``out`` holds ``source/``, a roster's account does not exist, or a folder from the exchange's
+            root to its ``inbound/`` cannot be trusted (:func:`open_inbound`).
         FileNotFoundError: the exchange has no inbound folder for ``course_id``.
     """
     out = Path(out)
     check_destination(out)
     uids = {student: _account_uid(account) for student, account in roster.items()}
     now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-    inbound_path = Path(exchange) / course_id / "inbound"
-    if not inbound_path.is_dir():
-        raise FileNotFoundError(f"the exchange {str(exchange)!r} has no inbound folder for course {course_id!r}")
+    inbound = open_inbound(exchange, course_id)
     collected = Collected()
     written = 0
     out.mkdir(parents=True, exist_ok=True)
-    with Folder.open(inbound_path) as inbound:
+    with inbound:
         for record in _listing(inbound, assignment, roster, uids, collected):
             if record.student in collected.accepted:
                 continue  # an older submission of a student already collected

@@ -30,9 +30,11 @@ the outputs, and no host socket
 (``/run`` is where servers put theirs); ``/tmp`` and ``/dev/shm`` are new and size-capped; it has no network
 (it talks to nbgrader over Unix sockets in its runtime folder: the grader sets
 ``KernelManager.transport = "ipc"``). Run by the grader, the kernel's ``/proc`` is its grading stage's, bound
-read-only (a nested sandbox cannot mount a new one), with the stage's processes covered by empty folders and
-the machine's command line and boot identity by empty files (:func:`stage_proc_covers`); it sees no process
-outside its own, and cannot signal or trace them. Its ``/proc/self/mountinfo`` still names the host folders
+read-only (a nested sandbox cannot mount a new one), with the stage's processes covered by empty folders, and
+every other entry of its top but an allowlist (the CPUs, memory, mounts, its own entries) and the boot's identity
+covered by empty folders and files (:func:`stage_proc_covers`): it sees no process outside its own, cannot signal
+or trace them, and reads none of the grader's user's keys or of the machine's kernel state. Its host name is
+``sandbox``. Its ``/proc/self/mountinfo`` still names the host folders
 bound into it (the Python installation, the virtual environment), as any process's does.
 
 Fallback: where bwrap cannot run (not installed, or no user namespaces), the kernel runs with the limits and
@@ -216,34 +218,56 @@ def system_binds() -> list[str]:
     return argv
 
 
-# What a /proc shared with the grading stage tells of the machine rather than of the kernel: the host kernel's
-# command line and this boot's identity.
-MACHINE_PROC_FILES = ("/proc/cmdline", "/proc/sys/kernel/random/boot_id")
+# What a kernel may read of the top of /proc besides its own processes: what Python, NumPy, PyTorch and ipykernel
+# read (the CPUs, memory, load, mounts) and links to its own entries. The rest is the machine's rather than the
+# kernel's, and some of it the grader's user alone may read, which the kernel's user maps to: the keys of that
+# user (keys, key-users), kernel addresses and allocator state (slabinfo, vmallocinfo, timer_list, kallsyms),
+# the host kernel's command line.
+KERNEL_PROC_ENTRIES = frozenset({
+    "self", "thread-self", "net", "mounts", "sys",
+    "cpuinfo", "meminfo", "stat", "uptime", "loadavg", "version", "filesystems", "cgroups", "swaps", "vmstat",
+})
+# Under /proc/sys (read-only, kept whole for what programs tune by it): this boot's identity.
+MACHINE_PROC_FILES = ("/proc/sys/kernel/random/boot_id",)
+KERNEL_HOSTNAME = "sandbox"
 
 
-def stage_proc_covers(proc: str = "/proc") -> list[str]:
-    """bwrap's arguments that hide, in the kernel's read-only bind of its grading stage's ``/proc``, every process
-    there now (the stage's bwrap, the stage, this launcher: their command lines name the grader's installation,
-    control groups and folders) under an empty tmpfs, and :data:`MACHINE_PROC_FILES` under ``/dev/null``. The
-    kernel and what it starts come after, and stay visible to it (``/proc/self``)."""
+def stage_proc_covers(empty_file: str, proc: str = "/proc") -> list[str]:
+    """bwrap's arguments that cover, in the kernel's read-only bind of its grading stage's ``/proc``:
+
+    - every process there now (the stage's bwrap, the stage, this launcher: their command lines name the
+      grader's installation, control groups and folders), under an empty tmpfs;
+    - every other entry of the top of ``/proc`` but :data:`KERNEL_PROC_ENTRIES` (an allowlist), a folder under an
+      empty tmpfs, a file under ``empty_file``, and :data:`MACHINE_PROC_FILES` under ``empty_file``.
+
+    The kernel and what it starts come after, and stay visible to it (``/proc/self``)."""
     argv = []
     for entry in sorted(os.listdir(proc), key=lambda name: (len(name), name)):
-        if entry.isdigit():
-            argv += ["--size", "4096", "--tmpfs", f"/proc/{entry}"]
+        path = f"/proc/{entry}"
+        if entry in KERNEL_PROC_ENTRIES or os.path.islink(os.path.join(proc, entry)):
+            continue
+        if entry.isdigit() or os.path.isdir(os.path.join(proc, entry)):
+            argv += ["--size", "4096", "--tmpfs", path]
+        else:
+            argv += ["--ro-bind", empty_file, path]
     for path in MACHINE_PROC_FILES:
         if os.path.exists(path):
-            argv += ["--ro-bind", "/dev/null", path]
+            argv += ["--ro-bind", empty_file, path]
     return argv
 
 
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
-    argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS]
+    argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS, "--hostname", KERNEL_HOSTNAME]
     # The new /tmp and /dev/shm first: what the kernel reads may lie under /tmp (a checkout and its
     # virtual environment there), and is bound on top of them.
     tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
     if settings.writable:
-        argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(), "--dev", "/dev"]
+        empty_file = os.path.join(settings.writable, "empty")
+        with open(empty_file, "w"):
+            pass
+        os.chmod(empty_file, 0o444)
+        argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(empty_file), "--dev", "/dev"]
         for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
             argv += ["--bind", os.path.join(settings.writable, name), path]
     else:

@@ -5,8 +5,8 @@ Without control groups (:mod:`autograder.sandbox.cgroups`), the kernel's memory 
 escape both:
 
 - an anonymous memory file (``memfd_create``, ``memfd_secret``), whose pages written through ``write`` are never
-  mapped, and System V shared memory (``shmget``), whose segments live in the IPC namespace until it ends:
-  refused;
+  mapped, and System V shared memory, message queues and semaphores (``shmget``, ``msgget``, ``semget``), which
+  live in the IPC namespace until it ends: refused;
 - the buffers of sockets and pipes, kernel memory that holds what one end wrote until the other reads it.
   They cannot be refused (the kernel talks to nbgrader over ZeroMQ's Unix sockets), so they are bounded: a
   kernel may make Unix and netlink sockets only (bwrap, under the filter too, brings up the loopback device
@@ -20,7 +20,10 @@ escape both:
 
 And some objects count against the grader's own account, machine-wide, whatever user the kernel is inside its
 namespaces: inotify and fanotify instances and POSIX message queues (their limits are per real user); a kernel
-that holds them all leaves none to the instructor's servers and the other kernels of the batch: refused. The
+that holds them all leaves none to the instructor's servers and the other kernels of the batch: refused. So are
+the kernel's keyrings (``add_key``, ``request_key``, ``keyctl``): keys count against the same account's quota,
+and the session keyring a process inherits holds the keys of the grader's own session, which no namespace
+hides. The
 launcher installs this filter before it starts the kernel (:func:`install`), and every process of the kernel
 inherits it; those calls then fail with ``EPERM``, as if the system forbade them. Nothing the course, NumPy,
 PyTorch or ipykernel run needs them.
@@ -54,11 +57,13 @@ from pathlib import Path
 # (audit architecture, {system call: number}) per machine, as platform.machine() names it: the calls refused
 # whatever their arguments.
 DENIED: dict[str, tuple[int, dict[str, int]]] = {
-    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "memfd_create": 319, "memfd_secret": 447,
-                            "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240,
-                            "io_uring_setup": 425}),
-    "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "memfd_create": 279, "memfd_secret": 447,
-                             "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425}),
+    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319,
+                            "memfd_secret": 447, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
+                            "mq_open": 240, "io_uring_setup": 425, "add_key": 248, "request_key": 249,
+                            "keyctl": 250}),
+    "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279,
+                             "memfd_secret": 447, "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180,
+                             "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219}),
 }
 # The calls refused for some arguments only, per machine.
 CHECKED: dict[str, dict[str, int]] = {

@@ -186,7 +186,19 @@ KERNEL_ATTACKS: dict[str, str] = {
                 line = text(f"/proc/{entry}/cmdline")
                 if line:
                     others.append(line[:2000])
-        print("PROC:", [text("/proc/cmdline"), text("/proc/sys/kernel/random/boot_id"), sorted(others)])
+        machine = [text(f"/proc/{name}") for name in ("keys", "key-users", "slabinfo", "vmallocinfo", "timer_list")]
+        print("PROC:", [text("/proc/cmdline"), text("/proc/sys/kernel/random/boot_id"), sorted(others), machine,
+                        os.uname().nodename])
+        """,
+    "keyrings": """
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+        found = libc.syscall(keyctl, ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))  # the session keyring
+        session = errno.errorcode.get(ctypes.get_errno()) if found < 0 else found
+        queue = libc.msgget(0, 0o1000 | 0o600)  # a System V message queue: IPC_PRIVATE, IPC_CREAT
+        print("KEYS:", [session, errno.errorcode.get(ctypes.get_errno()) if queue < 0 else queue])
         """,
     "raised_limits": """
         import resource
