@@ -1,7 +1,9 @@
 """posenc_ref.lab.recipe_search: recipes searched inside the training range, on seeds that are not the study's."""
 
 import dataclasses
+import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +173,16 @@ def test_finalists_only_runs_each_recipe_for_the_kinds_it_is_a_finalist_of(tmp_p
     chosen = json.loads((tmp_path / "chosen.json").read_text())
     assert chosen["t5"]["seeds"] == [100, 101] and chosen["t5"]["recipe"] == "slow-long"
     assert chosen["rope"]["finalists"] == ["wide-slow-long", "study"]
+    # A seed begun for every kind before the search ran finalists only is resumed with the kinds it began with
+    # (slow-long is a finalist of t5 alone); one begun with other kinds runs the finalists' kinds.
+    for recipe, begun_with in (("slow-long", ["t5", "rope"]), ("wide-slow-long", ["t5"])):
+        (tmp_path / recipe / "seed-102").mkdir()
+        (tmp_path / recipe / "seed-102" / "settings.json").write_text(json.dumps({"positions": begun_with}))
+    monkeypatch.setattr(recipe_search, "saved_settings", lambda folder: argparse.Namespace(
+        positions=tuple(json.loads((Path(folder) / "settings.json").read_text())["positions"])))
+    calls.clear()
+    cli.main([*base, "--recipes", "slow-long,wide-slow-long", "--seeds", "102", "--finalists"])
+    assert calls == [("slow-long/seed-102", ("t5", "rope")), ("wide-slow-long/seed-102", ("rope",))]
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):

@@ -48,7 +48,7 @@ from posenc_ref._checks import check_positive_int
 from posenc_ref.lab import sweep
 from posenc_ref.lab.length_generalization import run_length_generalization
 from posenc_ref.lab.results import fitted, kind_label
-from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings
+from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings, saved_settings
 
 RECIPES: dict[str, dict[str, Any]] = {
     "study": {},
@@ -96,6 +96,17 @@ def recipe_folder(out_dir: str | Path, recipe: str, seed: int) -> Path:
     return Path(out_dir) / recipe / f"seed-{seed}"
 
 
+def _begun_with(folder: Path, kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """The kinds to run in ``folder``: ``kinds``, or the kinds it was begun with when they include them all (a
+    seed begun for every kind, before the search ran later seeds for finalists only, is resumed as it was
+    begun: a sweep resumes with the settings it started with)."""
+    try:
+        begun = saved_settings(folder).positions
+    except FileNotFoundError:
+        return kinds
+    return tuple(begun) if set(kinds) <= set(begun) else kinds
+
+
 def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: Sequence[str],
                       recipes: Sequence[str] = tuple(RECIPES), seeds: Sequence[int] = SEARCH_SEEDS,
                       finalists_only: bool = False, jobs: int = 2, progress: bool = True,
@@ -122,7 +133,9 @@ def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: S
                              f"{missing}: run the first seed of every recipe first")
         kinds_of = {recipe: tuple(kind for kind in positions if recipe in choices[kind].finalists)
                     for recipe in recipes}
-    chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=kinds_of[recipe], seed=seed))
+    chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=_begun_with(
+                  recipe_folder(out_dir, recipe, seed), kinds_of[recipe]) if finalists_only else kinds_of[recipe],
+                  seed=seed))
               for seed in seeds for recipe in recipes if kinds_of[recipe]]  # every setting checked first
     results = {}
     for recipe, seed, settings in chosen:
