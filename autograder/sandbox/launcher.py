@@ -11,8 +11,9 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
    after the notebook ran;
 3. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
    size, no core files, open files, no message queues, pending signals) and installs a seccomp filter that
-   holds the memory the address space does not count: no anonymous memory files or System V shared memory,
-   Unix and netlink sockets only, no socket or pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
+   holds the memory the address space does not count and the grader's account's own objects: no anonymous
+   memory files, System V IPC, keyrings, inotify or message queues, Unix and netlink sockets only, no socket or
+   pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
 4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability:
 
@@ -257,7 +258,8 @@ def stage_proc_covers(empty_file: str, proc: str = "/proc") -> list[str]:
 
 
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
-    """The bwrap command line that runs ``command`` in the sandbox described by ``settings``."""
+    """The bwrap command line that runs ``command`` in the sandbox described by ``settings`` (inside a grading
+    stage, it first writes the empty file that covers ``/proc``'s entries, ``empty`` in ``settings.writable``)."""
     argv = [shutil.which("bwrap") or "bwrap", *BASE_OPTIONS, "--hostname", KERNEL_HOSTNAME]
     # The new /tmp and /dev/shm first: what the kernel reads may lie under /tmp (a checkout and its
     # virtual environment there), and is bound on top of them.
