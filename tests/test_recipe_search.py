@@ -1,7 +1,7 @@
 """posenc_ref.lab.recipe_search: recipes searched inside the training range, on seeds that are not the study's."""
 
-import dataclasses
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
