@@ -106,6 +106,37 @@ def test_a_lone_surrogate_is_replaced_and_noted(tmp_path):
     nbformat.writes(prepared.notebook).encode("utf-8")
 
 
+def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):
+    released = nbformat.read(RELEASED, as_version=4)
+    flags_of = {cell.metadata["nbgrader"]["grade_id"]: dict(cell.metadata["nbgrader"]) for cell in released.cells
+                if "nbgrader" in cell.metadata}
+    tests = [grade_id for grade_id, flags in flags_of.items() if flags.get("grade") and not flags.get("solution")]
+    answers = [grade_id for grade_id, flags in flags_of.items() if flags.get("solution") and not flags.get("grade")]
+    notebook = nbformat.read(RELEASED, as_version=4)
+    by_id = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells if "nbgrader" in cell.metadata}
+    by_id[tests[0]].metadata["nbgrader"].update(grade=False, solution=True, locked=False)  # a test made an answer
+    by_id[answers[0]].metadata["nbgrader"].update(grade=True, points=100)  # an answer made a 100-point test
+    markdown = nbformat.v4.new_markdown_cell(by_id[tests[1]].source, metadata=by_id[tests[1]].metadata)
+    notebook.cells[notebook.cells.index(by_id[tests[1]])] = markdown  # a test cell turned into markdown
+    notebook.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {
+        "grade_id": "invented_test", "grade": True, "points": 50, "solution": False, "locked": True}}))
+    path = tmp_path / "n.ipynb"
+    nbformat.write(notebook, path)
+    prepared = prepare(path, released)
+    assert prepared.notebook is not None and prepared.reason is None
+    graded = {cell.metadata["nbgrader"]["grade_id"]: cell for cell in prepared.notebook.cells
+              if "nbgrader" in cell.metadata}
+    for grade_id in (tests[0], answers[0], tests[1]):
+        assert {flag: graded[grade_id].metadata["nbgrader"].get(flag) for flag in ("grade", "solution", "locked",
+                "points", "task")} == {flag: flags_of[grade_id].get(flag) for flag in ("grade", "solution",
+                                                                                      "locked", "points", "task")}
+    assert graded[tests[1]].cell_type == "code" and graded[tests[1]].outputs == []
+    assert "invented_test" not in graded and prepared.notebook.cells[-1].source == "x = 1"
+    assert sum("were changed; the release's were used" in note for note in prepared.notes) == 3
+    assert any("'invented_test' carries nbgrader metadata" in note for note in prepared.notes)
+    nbformat.validate(prepared.notebook)
+
+
 def _outputs(out: Path) -> dict[Path, bytes]:
     """The published outputs (not the gradebook, nor the records kept for a resumed run)."""
     return {

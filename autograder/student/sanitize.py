@@ -12,6 +12,11 @@ each submission is compared with the released notebook of its assignment:
   usual, a restored answer cell holds the empty stub, so its item gets 0;
 - an edited read-only cell, a duplicated ``grade_id`` and a kernel other than Python 3 are noted (nbgrader
   restores the first, ignores the second, replaces the third);
+- a cell of the release whose nbgrader flags (``grade``, ``solution``, ``locked``, ``points``, ``task``) or
+  type were changed (nbgrader's Create Assignment toolbar does it in two clicks) gets the release's back, and a
+  cell whose ``grade_id`` the release does not have loses its nbgrader metadata, each with a note: nbgrader
+  would otherwise stop on the whole notebook (a grade cell its gradebook does not know), where the change
+  concerns one item at most;
 - code that names the grader's helpers or the interpreter's module table (``autograder``, ``sys.modules``,
   ``builtins``) is noted for an instructor to read: the hidden tests run in the student's kernel, so such code
   could try to change how they judge.
@@ -131,6 +136,39 @@ def _drop_duplicate_ids(notebook: NotebookNode, notes: list[str]) -> None:
         seen.add(grade_id)
 
 
+FLAGS = ("grade", "solution", "locked", "points", "task")
+
+
+def _restore_release_flags(notebook: NotebookNode, released: NotebookNode, notes: list[str]) -> None:
+    """Each cell of the release: its type and nbgrader flags as released; a cell with a ``grade_id`` the release
+    does not have: no nbgrader metadata."""
+    originals = {_grade_id(cell): cell for cell in released.cells if _grade_id(cell)}
+    for index, cell in enumerate(notebook.cells):
+        grade_id = _grade_id(cell)
+        if grade_id is None:
+            continue
+        original = originals.get(grade_id)
+        if original is None:
+            del cell.metadata["nbgrader"]
+            notes.append(f"the cell '{grade_id}' carries nbgrader metadata that no cell of the release has; it was "
+                         "graded as a plain cell")
+            continue
+        changed = cell.get("cell_type") != original.cell_type
+        if changed:
+            make = nbformat.v4.new_code_cell if original.cell_type == "code" else nbformat.v4.new_markdown_cell
+            cell = notebook.cells[index] = make(source=cell.get("source", ""), metadata=cell.metadata, id=cell.get("id"))
+        flags, released_flags = _nbgrader(cell), _nbgrader(original)
+        for flag in FLAGS:
+            if flags.get(flag) != released_flags.get(flag):
+                changed = True
+                if flag in released_flags:
+                    flags[flag] = released_flags[flag]
+                else:
+                    flags.pop(flag, None)
+        if changed:
+            notes.append(f"the type or nbgrader flags of {describe(original)} were changed; the release's were used")
+
+
 def _note_kernel(notebook: NotebookNode, notes: list[str]) -> None:
     kernelspec = notebook.metadata.get("kernelspec", {})
     name = kernelspec.get("name") if isinstance(kernelspec, dict) else None
@@ -219,6 +257,7 @@ def prepare(path: Path, released: NotebookNode) -> Prepared:
         )
     _ensure_cell_ids(notebook)
     _drop_duplicate_ids(notebook, notes)
+    _restore_release_flags(notebook, released, notes)
     _note_kernel(notebook, notes)
     _note_edited_read_only_cells(notebook, released, notes)
     _note_suspicious_code(notebook, notes)
