@@ -103,6 +103,17 @@ def test_the_first_stages_best_two_are_ranked_again_on_every_seed_they_finished(
     assert choice.lowest_inside == {"slow-long": pytest.approx(0.7), "wide-slow-long": pytest.approx(0.985)}
 
 
+def test_a_recipe_run_on_a_later_seed_only_never_entered_the_first_stage():
+    rows = {
+        "study": run_rows("shaw", "copy", 100, POOR),
+        "slow-long": run_rows("shaw", "copy", 100, ALMOST) + run_rows("shaw", "copy", 101, FIT),
+        "wide-slow-long": run_rows("shaw", "copy", 101, FIT),  # run on 101 for another kind's finalists
+    }
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert choice.first_stage_fitted == {"study": 0, "slow-long": 0} and choice.finalists == ("slow-long", "study")
+    assert (choice.recipe, choice.seeds) == ("slow-long", (100,))  # the finalists share seed 100 only
+
+
 def test_with_the_first_seed_alone_the_choice_is_the_first_stages_best():
     rows = {recipe: run_rows("t5", "copy", 100, values)
             for recipe, values in (("study", POOR), ("slow-long", ALMOST), ("wide-slow-long", FIT))}

@@ -25,8 +25,8 @@ recipes by how many of the kind's (task, seed) runs fitted (:func:`posenc_ref.la
 to the higher mean over those runs of the lowest exact match inside the training range, then to the cheaper
 recipe (the earlier in :data:`RECIPES`):
 
-1. every recipe with runs of the kind is ranked on the runs of the first seed that all of them finished (the
-   first seed, which every recipe runs first), and the best :data:`FINALISTS` go on;
+1. every recipe with runs of the kind on its first seed (which every recipe runs first) is ranked on the runs
+   of that seed that all of them finished, and the best :data:`FINALISTS` go on;
 2. the finalists are ranked again on every run that they all finished (the later seeds, which
    ``--finalists`` runs for them only), and the first is chosen.
 
@@ -184,7 +184,11 @@ def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, ta
     choices = {}
     for kind in dict.fromkeys(kind for kind, _ in runs):
         candidates = [recipe for recipe in order if (kind, recipe) in runs]
-        first_keys, first_fitted, _, ranked = _ranked(runs, kind, candidates, target_accuracy, first_seed_only=True)
+        # The first stage: the recipes with runs on the kind's first seed (a recipe run on later seeds only, for
+        # other kinds' finalists, never entered it).
+        first_seed = min(seed for recipe in candidates for _, seed in runs[kind, recipe])
+        entered = [recipe for recipe in candidates if any(seed == first_seed for _, seed in runs[kind, recipe])]
+        first_keys, first_fitted, _, ranked = _ranked(runs, kind, entered, target_accuracy, first_seed_only=True)
         finalists = ranked[:FINALISTS]
         keys, fitted_runs, lowest, final = _ranked(runs, kind, finalists, target_accuracy)
         choices[kind] = RecipeChoice(kind, final[0], _seeds(keys), fitted_runs, len(keys), lowest,
