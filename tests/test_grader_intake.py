@@ -120,6 +120,7 @@ def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):
     notebook.cells[notebook.cells.index(by_id[tests[1]])] = markdown  # a test cell turned into markdown
     notebook.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {
         "grade_id": "invented_test", "grade": True, "points": 50, "solution": False, "locked": True}}))
+    notebook.cells.append(nbformat.v4.new_code_cell("y = 2", metadata={"nbgrader": {"grade_id": "z" * 100_000}}))
     path = tmp_path / "n.ipynb"
     nbformat.write(notebook, path)
     prepared = prepare(path, released)
@@ -131,7 +132,9 @@ def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):
                 "points", "task")} == {flag: flags_of[grade_id].get(flag) for flag in ("grade", "solution",
                                                                                       "locked", "points", "task")}
     assert graded[tests[1]].cell_type == "code" and graded[tests[1]].outputs == []
-    assert "invented_test" not in graded and prepared.notebook.cells[-1].source == "x = 1"
+    assert "invented_test" not in graded and prepared.notebook.cells[-2].source == "x = 1"
+    assert any(note.startswith(f"the cell '{'z' * 80}'... carries") for note in prepared.notes)
+    assert max(len(note) for note in prepared.notes) < 300  # a student's name for a cell is cut in a note
     assert sum("were changed; the release's were used" in note for note in prepared.notes) == 3
     assert any("'invented_test' carries nbgrader metadata" in note for note in prepared.notes)
     nbformat.validate(prepared.notebook)

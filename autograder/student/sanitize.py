@@ -124,6 +124,14 @@ def _ensure_cell_ids(notebook: NotebookNode) -> None:
         seen.add(cell_id)
 
 
+MAX_NAME_IN_NOTE = 80  # characters of a student's grade_id that a note repeats
+
+
+def _named(grade_id: str) -> str:
+    """A student's ``grade_id`` as a note shows it: quoted, cut at :data:`MAX_NAME_IN_NOTE` characters."""
+    return f"'{grade_id[:MAX_NAME_IN_NOTE]}'" + ("..." if len(grade_id) > MAX_NAME_IN_NOTE else "")
+
+
 def _drop_duplicate_ids(notebook: NotebookNode, notes: list[str]) -> None:
     seen: set[str] = set()
     for cell in notebook.cells:
@@ -132,7 +140,7 @@ def _drop_duplicate_ids(notebook: NotebookNode, notes: list[str]) -> None:
             continue
         if grade_id in seen:
             del cell.metadata["nbgrader"]
-            notes.append(f"a copy of the cell '{grade_id}' was found; only the first copy was graded")
+            notes.append(f"a copy of the cell {_named(grade_id)} was found; only the first copy was graded")
         seen.add(grade_id)
 
 
@@ -150,7 +158,7 @@ def _restore_release_flags(notebook: NotebookNode, released: NotebookNode, notes
         original = originals.get(grade_id)
         if original is None:
             del cell.metadata["nbgrader"]
-            notes.append(f"the cell '{grade_id}' carries nbgrader metadata that no cell of the release has; it was "
+            notes.append(f"the cell {_named(grade_id)} carries nbgrader metadata that no cell of the release has; it was "
                          "graded as a plain cell")
             continue
         changed = cell.get("cell_type") != original.cell_type
