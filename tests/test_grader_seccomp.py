@@ -224,3 +224,10 @@ def test_the_report_without_control_groups_gives_the_buffer_bound(monkeypatch):
     megabytes = 2 * KERNEL_OPEN_FILES * 2 * 212992 / 2**20
     assert f"at most {megabytes:.0f} MB per kernel (its {KERNEL_OPEN_FILES} open files" in warning
     assert "no memory controller here" in warning and "System V shared memory, semaphores and message queues were refused" in warning
+
+
+def test_the_guide_names_the_kernels_open_file_limit_the_launcher_sets():
+    from autograder.sandbox.launcher import KERNEL_OPEN_FILES
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "book" / "guide_instructors.md").read_text().split())
+    assert f"bounded by the kernel's {KERNEL_OPEN_FILES} open files" in guide
