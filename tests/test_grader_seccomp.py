@@ -1,5 +1,5 @@
 """autograder.sandbox.seccomp: the kernel's filter refuses anonymous memory files, System V IPC, keyrings, the
-per-user counters, sockets of any family but Unix and netlink and growing a socket's or a pipe's buffers.
+per-user counters, descriptors put in flight (sendmsg), sockets of any family but Unix and netlink and growing a socket's or a pipe's buffers.
 
 The program is read by a BPF interpreter written here from the kernel's documentation (classic BPF, the
 instructions the filter uses), against the system-call numbers of the kernel's tables, and installed for real in
@@ -25,11 +25,11 @@ from autograder.sandbox import seccomp
 KERNEL_NUMBERS = {
     "x86_64": {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
                "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425,
-               "add_key": 248, "request_key": 249, "keyctl": 250, "getpid": 39, "write": 1, "socket": 41,
+               "add_key": 248, "request_key": 249, "keyctl": 250, "sendmsg": 46, "sendmmsg": 307, "getpid": 39, "write": 1, "socket": 41,
                "socketpair": 53, "setsockopt": 54, "fcntl": 72},
     "aarch64": {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279, "memfd_secret": 447,
                 "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "add_key": 217,
-                "request_key": 218, "keyctl": 219, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
+                "request_key": 218, "keyctl": 219, "sendmsg": 211, "sendmmsg": 269, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
                 "setsockopt": 208, "fcntl": 25},
 }
 ARGUMENT_CHECKED = ("socket", "socketpair", "setsockopt", "fcntl")
@@ -43,7 +43,7 @@ AUDIT_ARCH = {"x86_64": 62 | 0x80000000 | 0x40000000, "aarch64": 183 | 0x8000000
 HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
            "aarch64": Path("/usr/include/asm-generic/unistd.h")}
 DENIED_CALLS = ("shmget", "shmat", "semget", "msgget", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1",
-                "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
+                "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl", "sendmsg", "sendmmsg")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
 
 
@@ -109,9 +109,9 @@ def test_the_program_allows_unix_sockets_only_and_no_larger_buffers(machine):
 def test_the_buffer_bound_follows_its_formula(monkeypatch):
     sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 100000}
     monkeypatch.setattr(seccomp, "_read_number", sizes.get)
-    assert seccomp.buffer_bound(256) == 2 * 256 * 2 * 212992
+    assert seccomp.buffer_bound(256) == 256 * 2 * 212992
     sizes.update({"/proc/sys/net/core/wmem_default": 4096, "/proc/sys/net/core/rmem_default": 4096})
-    assert seccomp.buffer_bound(10) == 2 * 10 * 2 * 65536  # a pipe's 16 pages
+    assert seccomp.buffer_bound(10) == 10 * 2 * 65536  # a pipe's 16 pages
     sizes.clear()
     assert seccomp.buffer_bound(10) is None
 
@@ -184,6 +184,10 @@ seen["so_sndbuf"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.S
 seen["so_keepalive"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
 read_end, write_end = os.pipe()
 seen["f_setpipe_sz"] = refusal(lambda: fcntl.fcntl(write_end, 1031, 1 << 20))
+import array
+rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [read_end]).tobytes())]
+seen["scm_rights"] = refusal(lambda: first.sendmsg([b"x"], rights))  # a descriptor put in flight
+seen["send"] = refusal(lambda: (first.send(b"y"), second.recv(1)))
 import numpy, torch, ipykernel, zmq  # what a graded kernel imports
 context = zmq.Context()
 server, client = context.socket(zmq.REP), context.socket(zmq.REQ)
@@ -210,7 +214,8 @@ def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_wo
     assert seen == {"memfd_create": refused, "shmget": refused, "inotify_init1": refused, "mq_open": refused,
                     "keyctl": refused, "msgget": refused,
                     "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
-                    "so_keepalive": "allowed", "f_setpipe_sz": refused, "zmq_ipc": "pong", "torch": 27.0, "pid": True}
+                    "so_keepalive": "allowed", "f_setpipe_sz": refused, "scm_rights": refused, "send": "allowed",
+                    "zmq_ipc": "pong", "torch": 27.0, "pid": True}
 
 
 @pytest.mark.skipif(platform.machine() not in seccomp.DENIED, reason=f"no filter for {platform.machine()}")
@@ -221,7 +226,7 @@ def test_the_report_without_control_groups_gives_the_buffer_bound(monkeypatch):
     sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 212992}
     monkeypatch.setattr(seccomp, "_read_number", sizes.get)
     [warning] = _enforcement_warnings(None, "no memory controller here", Limits())
-    megabytes = 2 * KERNEL_OPEN_FILES * 2 * 212992 / 2**20
+    megabytes = KERNEL_OPEN_FILES * 2 * 212992 / 2**20
     assert f"at most {megabytes:.0f} MB per kernel (its {KERNEL_OPEN_FILES} open files" in warning
     assert "no memory controller here" in warning and "System V shared memory, semaphores and message queues were refused" in warning
 

@@ -14,9 +14,13 @@ escape both:
   socket on its loopback grows its buffers by itself up to ``tcp_wmem``'s maximum), may not
   enlarge a socket's buffers (``setsockopt(SOL_SOCKET, SO_SNDBUF | SO_RCVBUF | their FORCE forms)``) or a
   pipe's (``fcntl(F_SETPIPE_SZ)``), and may not hold files through an io_uring (``io_uring_setup``). What it can
-  hold is then at most :func:`buffer_bound`: every socket or pipe it has open or in flight (at most twice
-  ``RLIMIT_NOFILE``: the kernel counts descriptors in flight against the same limit) with its default
-  buffer and one message past it.
+  hold is then at most :func:`buffer_bound`: every socket or pipe it has open (at most ``RLIMIT_NOFILE``) with
+  its default buffer and one message past it.
+- descriptors in flight: a descriptor sent over a Unix socket (``SCM_RIGHTS``) and not yet received holds its
+  file and its buffers outside the sender's open files, and the kernel counts such descriptors per real user,
+  so a kernel that keeps ``RLIMIT_NOFILE`` of them in flight stops every other process of the grader's account
+  from passing one. A descriptor can only be sent by ``sendmsg`` or ``sendmmsg`` (ZeroMQ and Python's sockets
+  send with ``sendto``): both refused, so a kernel has no descriptor in flight.
 
 And some objects count against the grader's own account, machine-wide, whatever user the kernel is inside its
 namespaces: inotify and fanotify instances and POSIX message queues (their limits are per real user); a kernel
@@ -60,10 +64,11 @@ DENIED: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319,
                             "memfd_secret": 447, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
                             "mq_open": 240, "io_uring_setup": 425, "add_key": 248, "request_key": 249,
-                            "keyctl": 250}),
+                            "keyctl": 250, "sendmsg": 46, "sendmmsg": 307}),
     "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279,
                              "memfd_secret": 447, "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180,
-                             "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219}),
+                             "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219,
+                             "sendmsg": 211, "sendmmsg": 269}),
 }
 # The calls refused for some arguments only, per machine.
 CHECKED: dict[str, dict[str, int]] = {
@@ -192,18 +197,17 @@ def _read_number(path: str) -> int | None:
 def buffer_bound(open_files: int) -> int | None:
     """The bytes of socket and pipe buffers a filtered kernel with ``open_files`` descriptors can hold, at most:
 
-        2 * open_files * 2 * max(net.core.wmem_default, net.core.rmem_default, 16 pages of a pipe)
+        open_files * 2 * max(net.core.wmem_default, net.core.rmem_default, 16 pages of a pipe)
 
-    Each socket or pipe is open in the kernel or in flight in a Unix socket's queue, and the two are counted
-    against the same ``RLIMIT_NOFILE`` (the first 2). What a socket has sent and is not yet read is charged to
-    its send buffer, which the filter keeps at its default; a write may pass it by one message of at most half
-    the buffer, rounded up here to a second buffer (the second 2). A pipe holds 16 pages. ``None`` where
-    ``/proc/sys/net/core`` cannot be read.
+    Each socket or pipe is open in the kernel (none is in flight: the filter refuses ``sendmsg``). What a
+    socket has sent and is not yet read is charged to its send buffer, which the filter keeps at its default; a
+    write may pass it by one message of at most half the buffer, rounded up here to a second buffer (the 2). A
+    pipe holds 16 pages. ``None`` where ``/proc/sys/net/core`` cannot be read.
     """
     sizes = [_read_number(f"/proc/sys/net/core/{name}") for name in ("wmem_default", "rmem_default")]
     if None in sizes:
         return None
-    return 2 * open_files * 2 * max(*sizes, 16 * 4096)
+    return open_files * 2 * max(*sizes, 16 * 4096)
 
 
 class _SockFprog(ctypes.Structure):

@@ -200,6 +200,19 @@ KERNEL_ATTACKS: dict[str, str] = {
         queue = libc.msgget(0, 0o1000 | 0o600)  # a System V message queue: IPC_PRIVATE, IPC_CREAT
         print("KEYS:", [session, errno.errorcode.get(ctypes.get_errno()) if queue < 0 else queue])
         """,
+    "descriptors_in_flight": """
+        import array, errno, socket
+        first, second = socket.socketpair()
+        sent, refusal = 0, None
+        for _ in range(400):  # more than the kernel's open files: in flight, they count against its account
+            try:
+                first.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [second.fileno()]).tobytes())])
+                sent += 1
+            except OSError as error:
+                refusal = errno.errorcode.get(error.errno)
+                break
+        print("IN_FLIGHT:", [sent, refusal])
+        """,
     "raised_limits": """
         import resource
         raised = []
