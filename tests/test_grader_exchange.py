@@ -55,14 +55,16 @@ class Step(NamedTuple):
 
 
 def guide_loop(text: str) -> list[Step]:
-    """The steps of the code block of the guide's exchange section, in order.
+    """The steps of the guide's exchange loop (the code block of its section that starts with the instructor), in
+    order.
 
     A comment line ``# the instructor ...`` or ``# each student ...`` says who runs the lines after it; the
     instructor runs them from the repository's root (``(cd FOLDER && ...)`` from FOLDER), a student in their
     home. A trailing ``# ...`` is a comment.
     """
     section = text.split(f"\n{SECTION}", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    [block] = [block.split("\n```", 1)[0] for block in section.split("```bash\n")[1:]
+               if block.startswith("# the instructor")]
     steps, who = [], None
     for line in block.splitlines():
         if line.startswith("#"):
@@ -120,7 +122,9 @@ def test_release_fetch_submit_collect_grade_hand_grade_and_fetched_feedback(tmp_
     for folder in (exchange, root, home):
         folder.mkdir()
     exchange.chmod(0o1777)  # the guide's one-time root step: writable by every account, and sticky
+    (exchange / "posenc").mkdir(mode=0o755)  # and the course's folder, the instructor's from the start
     assert "sudo chmod 1777 /usr/local/share/nbgrader/exchange" in GUIDE.read_text(encoding="utf-8")
+    assert 'sudo install -d -o "$USER" -m 755 /usr/local/share/nbgrader/exchange/posenc' in GUIDE.read_text(encoding="utf-8")
     monkeypatch.setenv("HOME", str(home))  # nbgrader reads ~/.jupyter: a home of this test's own
     student = pwd.getpwuid(os.getuid()).pw_name
     course = root / "course"
