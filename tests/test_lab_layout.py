@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results",),
     ("length_generalization",),
     ("extension", "fit_tuning", "recipe_search"),
+    ("recipe_study",),  # runs the study under the search's choices
     ("attention_maps", "evidence"),
     ("comparisons",),
     ("cli",),

@@ -6,7 +6,8 @@ and its options); ``context-extension`` reads the rotary decoders of such a swee
 scaling rule (:func:`~posenc_ref.lab.extension.run_context_extension`); ``fit-tuning`` trains unfitted cells of
 the study again under one change of budget at a time (:func:`~posenc_ref.lab.fit_tuning.run_fit_tuning`);
 ``recipe-search`` chooses each kind's training recipe inside the training range, on seeds the study does not
-use (:func:`~posenc_ref.lab.recipe_search.run_recipe_search`).
+use (:func:`~posenc_ref.lab.recipe_search.run_recipe_search`); ``recipe-study`` runs the study again with each
+kind under its chosen recipe (:func:`~posenc_ref.lab.recipe_study.run_recipe_study`).
 ``python -m posenc_ref.lab <command> --help`` lists the options of each.
 """
 
@@ -28,6 +29,7 @@ from posenc_ref.lab.extension import ExtensionSettings, run_context_extension
 from posenc_ref.lab.fit_tuning import run_fit_tuning
 from posenc_ref.lab.length_generalization import run_length_generalization
 from posenc_ref.lab.recipe_search import RECIPES, SEARCH_SEEDS, choice_lines, run_recipe_search, write_choices
+from posenc_ref.lab.recipe_study import load_choices, run_recipe_study
 from posenc_ref.lab.results import format_table
 from posenc_ref.lab.settings import (
     FULL_SETTINGS,
@@ -111,6 +113,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="run each recipe only for the kinds of which the first seed made it a finalist")
     search.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
     search.add_argument("--no-progress", action="store_true", help="no progress bar")
+    study = commands.add_parser("recipe-study", help="the study again, each kind under the recipe the search chose "
+                                                     "(see posenc_ref.lab.recipe_study)")
+    study.add_argument("--out", required=True, metavar="DIR", help="one folder per kind and seed goes here")
+    study.add_argument("--choices", required=True, metavar="FILE",
+                       help="the search's chosen.json (book/data/recipe-search/chosen.json)")
+    study.add_argument("--positions", type=_names, metavar="A,B", help="position kinds (default: every chosen one)")
+    study.add_argument("--seeds", type=int, default=len(FULL_SETTINGS.seeds), metavar="N",
+                       help=f"seeds 0..N-1 (default {len(FULL_SETTINGS.seeds)}, the study's)")
+    study.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
+    study.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
@@ -183,6 +195,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         except (TypeError, ValueError) as error:
             parser.error(str(error))
         print("\n".join(choice_lines(write_choices(arguments.out))))
+        return [row for rows in results.values() for row in rows]
+    if arguments.command == "recipe-study":
+        try:
+            torch.set_num_threads(1)
+            results = run_recipe_study(arguments.out, load_choices(arguments.choices), positions=arguments.positions,
+                                       seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
+                                       jobs=arguments.jobs, progress=not arguments.no_progress,
+                                       command=["python", "-m", "posenc_ref.lab", *(
+                                           sys.argv[1:] if argv is None else argv)])
+        except (TypeError, ValueError, FileNotFoundError) as error:
+            parser.error(str(error))
         return [row for rows in results.values() for row in rows]
     if arguments.command == "fit-tuning":
         try:

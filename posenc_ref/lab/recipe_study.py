@@ -1,0 +1,128 @@
+r"""The study again, each kind trained under the recipe the search chose for it.
+
+Command line::
+
+    python -m posenc_ref.lab recipe-study --out DIR --choices book/data/recipe-search/chosen.json
+        [--positions A,B] [--seeds N] [--jobs N] [--no-progress]
+
+The study (:data:`posenc_ref.lab.settings.FULL_SETTINGS`) trains every kind under one recipe; the search
+(:mod:`posenc_ref.lab.recipe_search`) chose, for each kind, the recipe under which it fits best inside the
+training range, on seeds of its own. This command runs the study's grid for each kind under its chosen recipe:
+the study's tasks, decoders, seeds (0..9), training sizes and evaluation up to 3L, and the recipe's changes of
+width, depth, learning rate, warm-up, steps and batch size (:func:`kind_settings`).
+
+Each (kind, seed) runs into ``DIR/<kind>/seed-<seed>/``, a resumable sweep of its own with its
+``settings.json``, ``provenance.json`` and ``results.csv``, seed by seed: every kind's seed 0 before any kind's
+seed 1, so that a study stopped at any point holds the same seeds for every kind, or one fewer.
+``DIR/choices.json`` keeps the recipe of each kind and the search record it came from; a kind's recipe cannot
+change under its runs (:func:`run_recipe_study` refuses). :func:`read_recipe_study` reads every finished run,
+in the columns of :data:`posenc_ref.lab.results.CSV_COLUMNS`, so the chapter's analysis reads it like the study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from posenc_ref._checks import check_positive_int
+from posenc_ref.lab import sweep
+from posenc_ref.lab.length_generalization import run_length_generalization
+from posenc_ref.lab.recipe_search import RECIPES
+from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings
+
+CHOICES_FILE = "choices.json"
+
+
+def load_choices(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The search's record of each kind's choice (``chosen.json``), ``{kind: record}``, each with its
+    ``recipe``.
+
+    Raises:
+        ValueError: a record without a recipe, or a recipe not in :data:`RECIPES`.
+    """
+    record = json.loads(Path(path).read_text())
+    for kind, choice in record.items():
+        recipe = choice.get("recipe") if isinstance(choice, dict) else None
+        if recipe not in RECIPES:
+            raise ValueError(f"{path}: the choice of kind {kind!r} must name a recipe from {list(RECIPES)}, "
+                             f"got {recipe!r}")
+    return record
+
+
+def kind_settings(kind: str, recipe: str, seed: int) -> LengthGeneralizationSettings:
+    """The study's settings for one kind and one seed, under ``recipe``.
+
+    Raises:
+        ValueError: an unknown recipe, a kind the study does not hold, or a seed outside the study's.
+    """
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {list(RECIPES)}, got {recipe!r}")
+    if kind not in FULL_SETTINGS.positions:
+        raise ValueError(f"kind must be one of the study's {list(FULL_SETTINGS.positions)}, got {kind!r}")
+    if seed not in FULL_SETTINGS.seeds:
+        raise ValueError(f"seed must be one of the study's {list(FULL_SETTINGS.seeds)}, got {seed}")
+    return dataclasses.replace(FULL_SETTINGS, positions=(kind,), seeds=(seed,), **RECIPES[recipe])
+
+
+def study_folder(out_dir: str | Path, kind: str, seed: int) -> Path:
+    return Path(out_dir) / kind / f"seed-{seed}"
+
+
+def _record_choices(out_dir: Path, choices: Mapping[str, Mapping[str, Any]], kinds: Sequence[str]) -> None:
+    """Write ``out_dir/choices.json``, keeping the kinds it holds; refuse a kind whose recipe changed."""
+    path = out_dir / CHOICES_FILE
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    changed = [kind for kind in kinds if kind in saved and saved[kind]["recipe"] != choices[kind]["recipe"]]
+    if changed:
+        differences = "; ".join(f"{kind}: {saved[kind]['recipe']} there, {choices[kind]['recipe']} now"
+                                for kind in changed)
+        raise ValueError(f"{out_dir} holds runs under other recipes ({differences}); use another --out")
+    saved.update({kind: dict(choices[kind]) for kind in kinds})
+    path.write_text(json.dumps(dict(sorted(saved.items())), indent=1) + "\n")
+
+
+def run_recipe_study(out_dir: str | Path, choices: Mapping[str, Mapping[str, Any]], *,
+                     positions: Sequence[str] | None = None, seeds: Sequence[int] = FULL_SETTINGS.seeds,
+                     jobs: int = 2, progress: bool = True, command: Sequence[str]) -> dict[str, list[dict]]:
+    """Run each kind of ``positions`` (default: every kind of ``choices``) under its chosen recipe, seed by
+    seed, on the CPU with one thread per job; returns ``{"<kind>/seed-<seed>": rows}``.
+
+    Raises:
+        ValueError: a kind without a choice, a seed outside the study's, ``jobs`` < 1, or ``out_dir`` holding
+            a kind's runs under another recipe.
+    """
+    check_positive_int("jobs", jobs)
+    kinds = tuple(choices) if positions is None else tuple(positions)
+    missing = [kind for kind in kinds if kind not in choices]
+    if missing:
+        raise ValueError(f"positions must be kinds the choices name ({sorted(choices)}); no choice for {missing}")
+    planned = [(kind, seed, kind_settings(kind, choices[kind]["recipe"], seed)) for seed in seeds for kind in kinds]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _record_choices(out_dir, choices, kinds)
+    results = {}
+    for kind, seed, settings in planned:
+        begin = time.perf_counter()
+        results[f"{kind}/seed-{seed}"] = run_length_generalization(
+            settings, out_dir=study_folder(out_dir, kind, seed), device="cpu", jobs=jobs, threads=1,
+            progress=progress, verbose=False, plots=False, command=list(command))
+        print(f"{kind} ({choices[kind]['recipe']}), seed {seed}: {len(settings.runs())} runs in "
+              f"{time.perf_counter() - begin:.0f} s", flush=True)
+    return results
+
+
+def read_recipe_study(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of every finished run of a recipe study (``<kind>/seed-<seed>/runs/<run>.json``), so that a
+    seed whose sweep was interrupted contributes the runs it finished; kinds in alphabetical order, then seeds
+    and runs in order."""
+    rows: list[dict[str, Any]] = []
+    for kind_folder in sorted(path for path in Path(out_dir).iterdir() if path.is_dir()):
+        seed_folders = sorted(kind_folder.glob("seed-*"), key=lambda path: int(path.name.split("-", 1)[1]))
+        for seed_folder in seed_folders:
+            for path in sorted((seed_folder / sweep.RUNS_FOLDER).glob("*.json")):
+                rows.extend(json.loads(path.read_text()))
+    return rows

@@ -1,0 +1,93 @@
+"""posenc_ref.lab.recipe_study: the study's grid again, each kind under the recipe the search chose for it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posenc_ref.lab import cli, recipe_study
+from posenc_ref.lab.recipe_search import RECIPES
+from posenc_ref.lab.settings import FULL_SETTINGS
+
+CHOICES = {"rope": {"recipe": "wide-deep-large-batch-longer", "fitted": {"wide-deep-large-batch-longer": 4}},
+           "learned": {"recipe": "study", "fitted": {"study": 6}}}
+
+
+def test_a_kinds_settings_are_the_studys_grid_under_its_recipe():
+    settings = recipe_study.kind_settings("rope", "wide-deep-large-batch-longer", 3)
+    # What the recipe changes (d = 64, three layers, 1e-3 after 1000 warm-up steps, 16000 steps, batch 128) ...
+    assert (settings.d_model, settings.num_layers, settings.learning_rate, settings.warmup_steps,
+            settings.max_steps, settings.batch_size) == (64, 3, 1e-3, 1000, 16000, 128)
+    # ... and what it keeps: the study's tasks, decoders, training sizes, stopping rule and lengths up to 3L.
+    assert settings.positions == ("rope",) and settings.seeds == (3,)
+    assert (settings.tasks, settings.models, settings.eval_lengths, settings.target_accuracy, settings.schedule) == (
+        ("copy", "bites", "recall"), ("decoder",), tuple(range(3, 25)), 0.99, "cosine")
+    assert recipe_study.kind_settings("learned", "study", 0) == \
+        FULL_SETTINGS.__class__(**{**FULL_SETTINGS.__dict__, "positions": ("learned",), "seeds": (0,)})
+
+
+def test_unknown_recipes_kinds_and_seeds_are_named():
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        recipe_study.kind_settings("rope", "dropout", 0)
+    with pytest.raises(ValueError, match="kind must be one of the study's"):
+        recipe_study.kind_settings("xpos", "study", 0)
+    with pytest.raises(ValueError, match="seed must be one of the study's"):
+        recipe_study.kind_settings("rope", "study", 100)
+
+
+def _recording(calls):
+    def recording_run(settings, *, out_dir, command, **options):
+        """Stands in for the training: one row per run, its steps the recipe's budget."""
+        calls.append((out_dir, settings, command))
+        (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+        for run in settings.runs():
+            row = {"position": run.position, "task": run.task, "seed": run.seed, "train_steps": settings.max_steps}
+            (out_dir / "runs" / f"{run.key}.json").write_text(json.dumps([row]))
+        return []
+    return recording_run
+
+
+def test_the_command_runs_seed_by_seed_and_records_each_kinds_recipe(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(recipe_study, "run_length_generalization", _recording(calls))
+    choices = tmp_path / "chosen.json"
+    choices.write_text(json.dumps(CHOICES))
+    out = tmp_path / "study"
+    cli.main(["recipe-study", "--out", str(out), "--choices", str(choices), "--seeds", "2", "--no-progress"])
+    assert [path.relative_to(out).as_posix() for path, _, _ in calls] == [
+        "rope/seed-0", "learned/seed-0", "rope/seed-1", "learned/seed-1"]
+    assert calls[0][2][:4] == ["python", "-m", "posenc_ref.lab", "recipe-study"]
+    assert json.loads((out / "choices.json").read_text()) == dict(sorted(CHOICES.items()))
+    rows = recipe_study.read_recipe_study(out)
+    assert [(row["position"], row["seed"]) for row in rows if row["task"] == "copy"] == [
+        ("learned", 0), ("learned", 1), ("rope", 0), ("rope", 1)]
+    steps = {row["position"]: row["train_steps"] for row in rows}
+    assert steps == {"rope": RECIPES["wide-deep-large-batch-longer"]["max_steps"], "learned": FULL_SETTINGS.max_steps}
+
+
+def test_a_kinds_runs_under_another_recipe_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(recipe_study, "run_length_generalization", _recording([]))
+    recipe_study.run_recipe_study(tmp_path, CHOICES, seeds=(0,), progress=False, command=["x"])
+    changed = {**CHOICES, "rope": {"recipe": "wide-slow-long"}}
+    with pytest.raises(ValueError, match="rope: wide-deep-large-batch-longer there, wide-slow-long now"):
+        recipe_study.run_recipe_study(tmp_path, changed, seeds=(1,), progress=False, command=["x"])
+    # Another kind added later is recorded beside the first ones.
+    recipe_study.run_recipe_study(tmp_path, {**CHOICES, "t5": {"recipe": "study"}}, positions=("t5",), seeds=(0,),
+                                  progress=False, command=["x"])
+    assert sorted(json.loads((tmp_path / "choices.json").read_text())) == ["learned", "rope", "t5"]
+
+
+def test_bad_choices_and_kinds_are_named(tmp_path, capsys):
+    choices = tmp_path / "chosen.json"
+    choices.write_text(json.dumps({"rope": {"recipe": "dropout"}}))
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(choices)])
+    assert "the choice of kind 'rope' must name a recipe" in capsys.readouterr().err
+    choices.write_text(json.dumps(CHOICES))
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(choices), "--positions", "t5"])
+    assert "no choice for ['t5']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(tmp_path / "missing.json")])
+    assert "missing.json" in capsys.readouterr().err
