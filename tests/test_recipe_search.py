@@ -69,8 +69,8 @@ def test_the_recipe_that_fits_the_most_runs_is_chosen():
 
 
 def test_ties_go_to_the_higher_lowest_exact_match_then_to_the_cheaper_recipe():
-    rows = {"study": run_rows("t5", "recall", 100, POOR), "slow-long": run_rows("t5", "recall", 100, ALMOST),
-            "wide-slow-long": run_rows("t5", "recall", 100, ALMOST)}
+    rows = {"study": run_rows("t5", "lookup", 100, POOR), "slow-long": run_rows("t5", "lookup", 100, ALMOST),
+            "wide-slow-long": run_rows("t5", "lookup", 100, ALMOST)}
     (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
     assert choice.recipe == "slow-long" and choice.first_stage_fitted == {"study": 0, "slow-long": 0,
                                                                           "wide-slow-long": 0}
@@ -122,6 +122,34 @@ def test_with_the_first_seed_alone_the_choice_is_the_first_stages_best():
     assert choice.seeds == choice.first_stage_seeds == (100,)
 
 
+def test_the_choice_reads_the_choice_tasks_only_and_records_them():
+    rows = {"study": run_rows("rope", "copy", 100, FIT) + run_rows("rope", "recall", 100, POOR)
+                     + run_rows("rope", "lookup", 100, FIT),
+            "slow-long": run_rows("rope", "copy", 100, FIT) + run_rows("rope", "recall", 100, FIT)
+                         + run_rows("rope", "lookup", 100, ALMOST)}
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    # On copy and lookup (recall, which lets a value repeat the asked key, is not chosen on): 2 fitted against 1.
+    assert recipe_search.CHOICE_TASKS == ("copy", "bites", "lookup") and choice.tasks == recipe_search.CHOICE_TASKS
+    assert (choice.recipe, choice.fitted, choice.runs) == ("study", {"study": 2, "slow-long": 1}, 2)
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8,
+                                             tasks=("copy", "recall")).values()
+    assert (choice.recipe, choice.fitted) == ("slow-long", {"study": 1, "slow-long": 2})
+
+
+def test_folders_name_tasks_other_than_the_studys_and_a_run_saved_twice_is_read_once(tmp_path):
+    assert recipe_search.recipe_folder(tmp_path, "study", 100) == tmp_path / "study" / "seed-100"
+    assert recipe_search.recipe_folder(tmp_path, "study", 100, ("lookup",)) == tmp_path / "study" / "seed-100-lookup"
+    assert recipe_search.recipe_folder(tmp_path, "study", 101, ("copy", "lookup")) == \
+        tmp_path / "study" / "seed-101-copy+lookup"
+    for folder, tasks in (("seed-100", ("copy",)), ("seed-100-copy+lookup", ("copy", "lookup"))):
+        (tmp_path / "study" / folder / "runs").mkdir(parents=True)
+        for task in tasks:
+            (tmp_path / "study" / folder / "runs" / f"{task}-decoder-rope-seed100.json").write_text(
+                json.dumps(run_rows("rope", task, 100, FIT)))
+    rows = recipe_search.read_search(tmp_path)["study"]
+    assert sorted({row["task"] for row in rows}) == ["copy", "lookup"] and len(rows) == 2 * len(INSIDE)
+
+
 def test_a_row_beyond_the_training_range_is_refused():
     rows = run_rows("rope", "copy", 100, FIT)
     rows.append({**rows[-1], "length": 9, "in_training_range": False})
@@ -144,10 +172,10 @@ def test_the_command_runs_seed_by_seed_and_writes_its_choice(tmp_path, monkeypat
         return rows
 
     monkeypatch.setattr(recipe_search, "run_length_generalization", recording_run)
-    cli.main(["recipe-search", "--out", str(tmp_path), "--tasks", "recall", "--positions", "t5,rope",
+    cli.main(["recipe-search", "--out", str(tmp_path), "--tasks", "lookup", "--positions", "t5,rope",
               "--recipes", "study,slow-long", "--seeds", "100,101", "--no-progress"])
     assert [out_dir.relative_to(tmp_path).as_posix() for _, out_dir, _, _ in calls] == [
-        "study/seed-100", "slow-long/seed-100", "study/seed-101", "slow-long/seed-101"]
+        "study/seed-100-lookup", "slow-long/seed-100-lookup", "study/seed-101-lookup", "slow-long/seed-101-lookup"]
     assert all(settings.eval_lengths == INSIDE for settings, _, _, _ in calls)
     assert calls[0][2][:4] == ["python", "-m", "posenc_ref.lab", "recipe-search"]
     chosen = json.loads((tmp_path / "chosen.json").read_text())
@@ -179,21 +207,21 @@ def test_finalists_only_runs_each_recipe_for_the_kinds_it_is_a_finalist_of(tmp_p
     cli.main([*base, "--recipes", "study,slow-long,wide-slow-long", "--seeds", "101", "--finalists"])
     # Finalists: t5 -> slow-long, then study (lowest 0.4 ties wide-slow-long's; the cheaper goes on); rope ->
     # wide-slow-long, then study.
-    assert calls == [("study/seed-101", ("t5", "rope")), ("slow-long/seed-101", ("t5",)),
-                     ("wide-slow-long/seed-101", ("rope",))]
+    assert calls == [("study/seed-101-copy", ("t5", "rope")), ("slow-long/seed-101-copy", ("t5",)),
+                     ("wide-slow-long/seed-101-copy", ("rope",))]
     chosen = json.loads((tmp_path / "chosen.json").read_text())
     assert chosen["t5"]["seeds"] == [100, 101] and chosen["t5"]["recipe"] == "slow-long"
     assert chosen["rope"]["finalists"] == ["wide-slow-long", "study"]
     # A seed begun for every kind before the search ran finalists only is resumed with the kinds it began with
     # (slow-long is a finalist of t5 alone); one begun with other kinds runs the finalists' kinds.
     for recipe, begun_with in (("slow-long", ["t5", "rope"]), ("wide-slow-long", ["t5"])):
-        (tmp_path / recipe / "seed-102").mkdir()
-        (tmp_path / recipe / "seed-102" / "settings.json").write_text(json.dumps({"positions": begun_with}))
+        (tmp_path / recipe / "seed-102-copy").mkdir()
+        (tmp_path / recipe / "seed-102-copy" / "settings.json").write_text(json.dumps({"positions": begun_with}))
     monkeypatch.setattr(recipe_search, "saved_settings", lambda folder: argparse.Namespace(
         positions=tuple(json.loads((Path(folder) / "settings.json").read_text())["positions"])))
     calls.clear()
     cli.main([*base, "--recipes", "slow-long,wide-slow-long", "--seeds", "102", "--finalists"])
-    assert calls == [("slow-long/seed-102", ("t5", "rope")), ("wide-slow-long/seed-102", ("rope",))]
+    assert calls == [("slow-long/seed-102-copy", ("t5", "rope")), ("wide-slow-long/seed-102-copy", ("rope",))]
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):

@@ -84,6 +84,30 @@ def test_recall_answer_is_the_value_right_after_the_asked_key(seed, length):
         assert answer == [value]
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, length=st.integers(1, 24))
+def test_lookup_answer_is_the_value_after_the_asked_key_and_keys_and_values_never_share_a_symbol(seed, length):
+    batch = make_batch("lookup", length, 6, rng=seed, num_symbols=32)
+    for prompt, answer in zip(rows(batch.prompts), rows(batch.answers), strict=True):
+        assert len(prompt) == 2 * length + 2 and prompt[-2] == SEPARATOR
+        keys, values = prompt[0:2 * length:2], prompt[1:2 * length:2]
+        assert len(set(keys)) == length
+        assert all(3 <= key < 3 + 24 for key in keys) and all(3 + 24 <= value < 3 + 32 for value in values)
+        asked = prompt[-1]
+        assert prompt.count(asked) == 2  # as a key, and as the query: never as a value
+        assert answer == [values[keys.index(asked)]]
+
+
+def test_recall_lets_a_value_be_the_asked_key_and_lookup_never_does():
+    def share(task):
+        batch = make_batch(task, 8, 2000, rng=7, num_symbols=32)
+        return sum(prompt[-1] in prompt[1:16:2] for prompt in rows(batch.prompts)) / 2000
+
+    # P(the asked key is among 8 values drawn from 32 symbols) = 1 - (31/32)^8 = 0.224.
+    assert abs(share("recall") - (1 - (31 / 32) ** 8)) < 0.03
+    assert share("lookup") == 0
+
+
 def test_bites_puts_the_verb_everywhere_it_may_stand_and_uses_every_symbol():
     batch = make_batch("bites", 6, 400, rng=3, num_symbols=5)
     verb_positions = {prompt.index(VERB) for prompt in rows(batch.prompts)}
@@ -111,7 +135,7 @@ def test_a_random_generator_is_advanced_so_consecutive_batches_differ_but_replay
 
 
 @pytest.mark.parametrize(("task", "length", "prompt", "answer"), [
-    ("copy", 7, 8, 7), ("reverse", 7, 8, 7), ("bites", 7, 8, 2), ("recall", 7, 16, 1),
+    ("copy", 7, 8, 7), ("reverse", 7, 8, 7), ("bites", 7, 8, 2), ("recall", 7, 16, 1), ("lookup", 7, 16, 1),
 ])
 def test_sizes_of_prompt_answer_and_sequence(task, length, prompt, answer):
     spec = TASKS[task]
@@ -124,15 +148,17 @@ def test_sizes_of_prompt_answer_and_sequence(task, length, prompt, answer):
 def test_tokens_stay_inside_the_vocabulary_and_never_use_blank():
     assert vocabulary_size(10) == 13 and NUM_SPECIAL_TOKENS == 3
     for task in TASKS:
-        batch = make_batch(task, 8, 16, rng=1, num_symbols=10)
+        batch = make_batch(task, 8, 16, rng=1, num_symbols=16)
         tokens = rows(batch.prompts) + rows(batch.answers)
-        assert all(0 <= token < 13 and token != BLANK for row in tokens for token in row)
+        assert all(0 <= token < 19 and token != BLANK for row in tokens for token in row)
 
 
 @pytest.mark.parametrize(("arguments", "error", "match"), [
     ({"task": "sort"}, ValueError, "task must be one of"),
     ({"task": "bites", "length": 2}, ValueError, "length must be an int >= 3"),
-    ({"task": "recall", "length": 17}, ValueError, "length <= num_symbols"),
+    ({"task": "recall", "length": 17}, ValueError, "'recall' needs length <= 16"),
+    ({"task": "lookup", "length": 9}, ValueError, "'lookup' needs length <= 8"),
+    ({"task": "lookup", "num_symbols": 8}, ValueError, "num_symbols must be an int >= 9"),
     ({"task": "copy", "length": 2.0}, TypeError, "length must be an int"),
     ({"task": "copy", "batch_size": 0}, ValueError, "batch_size must be an int >= 1"),
     ({"task": "copy", "num_symbols": 0}, ValueError, "num_symbols must be an int >= 1"),

@@ -5,6 +5,11 @@ Command line::
     python -m posenc_ref.lab recipe-search --out DIR [--positions A,B] [--tasks A,B] [--recipes A,B]
         [--seeds 100,101,102] [--finalists] [--jobs N] [--no-progress]
 
+The recipes are chosen on :data:`CHOICE_TASKS`: the study's copy and who-bites-whom, and associative recall as
+the literature defines it (``lookup``: keys and values from disjoint symbols, :mod:`posenc_ref.lab.tasks`). The
+study's ``recall`` lets a value repeat the asked key, which only the parity of a position resolves; it was
+searched first, and its runs stay in the search's folders, read but not chosen on.
+
 The study trains every kind with one recipe (:data:`posenc_ref.lab.settings.FULL_SETTINGS`). A kind that does
 not fit its tasks under that recipe says nothing about lengths beyond the training range, so before kinds are
 compared each gets the recipe, among :data:`RECIPES`, under which it fits best. The search must not look at
@@ -15,7 +20,8 @@ what the comparison will read, so:
 - it trains on seeds of its own (:data:`SEARCH_SEEDS`, disjoint from the study's 0..9): its models, training
   examples and scoring examples are not the study's.
 
-Each recipe runs one seed at a time into ``DIR/<recipe>/seed-<seed>/``, a resumable sweep of its own with its
+Each recipe runs one seed at a time into ``DIR/<recipe>/seed-<seed>/`` (``seed-<seed>-<tasks>/``, the tasks
+joined by ``+``, for tasks other than the study's three), a resumable sweep of its own with its
 ``settings.json``, ``provenance.json`` and ``results.csv``: a search stopped at any point continues where it
 stopped, and the seeds finished so far are a usable first stage (every recipe's first seed comes before any
 recipe's second).
@@ -67,6 +73,10 @@ twice longer warm-up (added after the first seed, where associative recall staye
 RoPE, T5 and the position-free decoder under every other recipe, each ending its cosine schedule on a plateau).
 Every recipe keeps the study's stopping rule, schedule and model kind."""
 
+CHOICE_TASKS: tuple[str, ...] = ("copy", "bites", "lookup")
+"""The tasks each kind's recipe is chosen on, and that the recipe study (:mod:`posenc_ref.lab.recipe_study`)
+runs."""
+
 SEARCH_SEEDS: tuple[int, ...] = (100, 101, 102)
 """The search's seeds: none of them is a seed of the study (0..9)."""
 
@@ -92,8 +102,11 @@ def search_settings(recipe: str, *, tasks: Sequence[str], positions: Sequence[st
                                eval_lengths=inside, **RECIPES[recipe])
 
 
-def recipe_folder(out_dir: str | Path, recipe: str, seed: int) -> Path:
-    return Path(out_dir) / recipe / f"seed-{seed}"
+def recipe_folder(out_dir: str | Path, recipe: str, seed: int,
+                  tasks: Sequence[str] = FULL_SETTINGS.tasks) -> Path:
+    """``DIR/<recipe>/seed-<seed>`` for the study's tasks, ``DIR/<recipe>/seed-<seed>-<task>+<task>`` for others."""
+    suffix = "" if tuple(tasks) == FULL_SETTINGS.tasks else "-" + "+".join(tasks)
+    return Path(out_dir) / recipe / f"seed-{seed}{suffix}"
 
 
 def _begun_with(folder: Path, kinds: tuple[str, ...]) -> tuple[str, ...]:
@@ -126,7 +139,7 @@ def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: S
     kinds_of = {recipe: tuple(positions) for recipe in recipes}
     if finalists_only:
         choices = choose_recipes(read_search(out_dir), target_accuracy=FULL_SETTINGS.target_accuracy,
-                                 train_length=FULL_SETTINGS.train_length)
+                                 train_length=FULL_SETTINGS.train_length, tasks=CHOICE_TASKS)
         missing = [kind for kind in positions if kind not in choices]
         if missing:
             raise ValueError(f"finalists_only needs a first stage of every kind in {out_dir}; it holds none of "
@@ -134,14 +147,14 @@ def run_recipe_search(out_dir: str | Path, *, tasks: Sequence[str], positions: S
         kinds_of = {recipe: tuple(kind for kind in positions if recipe in choices[kind].finalists)
                     for recipe in recipes}
     chosen = [(recipe, seed, search_settings(recipe, tasks=tasks, positions=_begun_with(
-                  recipe_folder(out_dir, recipe, seed), kinds_of[recipe]) if finalists_only else kinds_of[recipe],
-                  seed=seed))
+                  recipe_folder(out_dir, recipe, seed, tasks), kinds_of[recipe]) if finalists_only
+                  else kinds_of[recipe], seed=seed))
               for seed in seeds for recipe in recipes if kinds_of[recipe]]  # every setting checked first
     results = {}
     for recipe, seed, settings in chosen:
         begin = time.perf_counter()
         results[f"{recipe}/seed-{seed}"] = run_length_generalization(
-            settings, out_dir=recipe_folder(out_dir, recipe, seed), device="cpu", jobs=jobs, threads=1,
+            settings, out_dir=recipe_folder(out_dir, recipe, seed, tasks), device="cpu", jobs=jobs, threads=1,
             progress=progress, verbose=False, plots=False, command=list(command))
         print(f"{recipe}, seed {seed}: {len(settings.runs())} runs in {time.perf_counter() - begin:.0f} s",
               flush=True)
@@ -154,6 +167,7 @@ class RecipeChoice:
 
     kind: str
     recipe: str
+    tasks: tuple[str, ...]  # the tasks it was chosen on
     seeds: tuple[int, ...]  # the seeds every finalist finished
     fitted: dict[str, int]  # finalist -> runs fitted, over the tasks and those seeds
     runs: int  # (task, seed) runs per finalist
@@ -164,9 +178,10 @@ class RecipeChoice:
 
 
 def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, target_accuracy: float,
-                   train_length: int) -> dict[str, RecipeChoice]:
-    """Each kind's recipe from the search's rows, ``{recipe: rows}`` (rows of :data:`CSV_COLUMNS`), as the
-    module's docstring says. Recipes are ranked in the order of ``rows_by_recipe`` for the last tie.
+                   train_length: int, tasks: Sequence[str] = CHOICE_TASKS) -> dict[str, RecipeChoice]:
+    """Each kind's recipe from the search's rows, ``{recipe: rows}`` (rows of :data:`CSV_COLUMNS`), on the runs of
+    ``tasks`` only, as the module's docstring says. Recipes are ranked in the order of ``rows_by_recipe`` for the
+    last tie.
 
     Raises:
         ValueError: a row beyond ``train_length`` (a recipe must not be chosen on lengths beyond L), or a kind
@@ -178,7 +193,7 @@ def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, ta
                          f"{len(beyond)} rows lie beyond it, e.g. length {beyond[0]['length']}")
     runs: dict[tuple[str, str], dict[tuple[str, int], list[dict]]] = {}
     for recipe, rows in rows_by_recipe.items():
-        for row in rows:
+        for row in (row for row in rows if row["task"] in tasks):
             runs.setdefault((kind_label(row), recipe), {}).setdefault((row["task"], int(row["seed"])), []).append(row)
     order = list(rows_by_recipe)
     choices = {}
@@ -191,7 +206,7 @@ def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, ta
         first_keys, first_fitted, _, ranked = _ranked(runs, kind, entered, target_accuracy, first_seed_only=True)
         finalists = ranked[:FINALISTS]
         keys, fitted_runs, lowest, final = _ranked(runs, kind, finalists, target_accuracy)
-        choices[kind] = RecipeChoice(kind, final[0], _seeds(keys), fitted_runs, len(keys), lowest,
+        choices[kind] = RecipeChoice(kind, final[0], tuple(tasks), _seeds(keys), fitted_runs, len(keys), lowest,
                                      tuple(finalists), _seeds(first_keys), first_fitted)
     return choices
 
@@ -222,20 +237,24 @@ def _ranked(runs, kind: str, candidates: list[str], target_accuracy: float, firs
 
 def read_search(out_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     """The rows of every finished run of a search folder, ``{recipe: rows}`` in the order of :data:`RECIPES`,
-    read from each run's saved result (``<recipe>/seed-<seed>/runs/<run>.json``), so that a seed whose sweep
-    was interrupted contributes the runs it finished."""
+    read from each run's saved result (``<recipe>/seed-<seed>*/runs/<run>.json``), so that a seed whose sweep
+    was interrupted contributes the runs it finished; a run saved in two folders of one recipe (the same
+    training: a run depends on its recipe, kind, task and seed only) is read once."""
     found: dict[str, list[dict[str, Any]]] = {}
     for recipe in RECIPES:
+        seen = set()
         for path in sorted((Path(out_dir) / recipe).glob(f"seed-*/{sweep.RUNS_FOLDER}/*.json")):
-            found.setdefault(recipe, []).extend(json.loads(path.read_text()))
+            if path.name not in seen:
+                seen.add(path.name)
+                found.setdefault(recipe, []).extend(json.loads(path.read_text()))
     return found
 
 
 def write_choices(out_dir: str | Path) -> dict[str, RecipeChoice]:
     """Choose from what ``out_dir`` holds (:func:`read_search`, :func:`choose_recipes` at the study's target and
-    L) and write the choices to ``out_dir/chosen.json``; returns them."""
+    L, on :data:`CHOICE_TASKS`) and write the choices to ``out_dir/chosen.json``; returns them."""
     choices = choose_recipes(read_search(out_dir), target_accuracy=FULL_SETTINGS.target_accuracy,
-                             train_length=FULL_SETTINGS.train_length)
+                             train_length=FULL_SETTINGS.train_length, tasks=CHOICE_TASKS)
     record = {kind: dataclasses.asdict(choice) for kind, choice in choices.items()}
     (Path(out_dir) / "chosen.json").write_text(json.dumps(record, indent=1) + "\n")
     return choices

@@ -8,8 +8,10 @@ Command line::
 The study (:data:`posenc_ref.lab.settings.FULL_SETTINGS`) trains every kind under one recipe; the search
 (:mod:`posenc_ref.lab.recipe_search`) chose, for each kind, the recipe under which it fits best inside the
 training range, on seeds of its own. This command runs the study's grid for each kind under its chosen recipe:
-the study's tasks, decoders, seeds (0..9), training sizes and evaluation up to 3L, and the recipe's changes of
-width, depth, learning rate, warm-up, steps and batch size (:func:`kind_settings`).
+the tasks the recipes were chosen on (:data:`~posenc_ref.lab.recipe_search.CHOICE_TASKS`: the study's copy and
+who-bites-whom, and associative recall with keys and values apart, ``lookup``), the study's decoders, seeds
+(0..9), training sizes and evaluation up to 3L, and the recipe's changes of width, depth, learning rate,
+warm-up, steps and batch size (:func:`kind_settings`).
 
 Each (kind, seed) runs into ``DIR/<kind>/seed-<seed>/``, a resumable sweep of its own with its
 ``settings.json``, ``provenance.json`` and ``results.csv``, seed by seed: every kind's seed 0 before any kind's
@@ -31,7 +33,7 @@ from typing import Any
 from posenc_ref._checks import check_positive_int
 from posenc_ref.lab import sweep
 from posenc_ref.lab.length_generalization import run_length_generalization
-from posenc_ref.lab.recipe_search import RECIPES
+from posenc_ref.lab.recipe_search import CHOICE_TASKS, RECIPES
 from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings
 
 CHOICES_FILE = "choices.json"
@@ -54,7 +56,7 @@ def load_choices(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def kind_settings(kind: str, recipe: str, seed: int) -> LengthGeneralizationSettings:
-    """The study's settings for one kind and one seed, under ``recipe``.
+    """The study's settings for one kind and one seed, on :data:`CHOICE_TASKS`, under ``recipe``.
 
     Raises:
         ValueError: an unknown recipe, a kind the study does not hold, or a seed outside the study's.
@@ -65,7 +67,8 @@ def kind_settings(kind: str, recipe: str, seed: int) -> LengthGeneralizationSett
         raise ValueError(f"kind must be one of the study's {list(FULL_SETTINGS.positions)}, got {kind!r}")
     if seed not in FULL_SETTINGS.seeds:
         raise ValueError(f"seed must be one of the study's {list(FULL_SETTINGS.seeds)}, got {seed}")
-    return dataclasses.replace(FULL_SETTINGS, positions=(kind,), seeds=(seed,), **RECIPES[recipe])
+    return dataclasses.replace(FULL_SETTINGS, positions=(kind,), tasks=CHOICE_TASKS, seeds=(seed,),
+                               **RECIPES[recipe])
 
 
 def study_folder(out_dir: str | Path, kind: str, seed: int) -> Path:

@@ -72,7 +72,8 @@ class LengthGeneralizationSettings:
         max_steps, batch_size, learning_rate, target_accuracy: the training budget and stopping rule.
         warmup_steps: steps of the learning rate's linear warm-up from 0 to ``learning_rate``.
         eval_examples: examples scored per length.
-        num_symbols: content symbols (``recall`` needs at least the largest evaluation length).
+        num_symbols: content symbols (``recall`` needs at least the largest evaluation length, ``lookup`` that
+            plus :data:`~posenc_ref.lab.tasks.LOOKUP_VALUE_SYMBOLS`).
         backend: attention backend of every layer, ``"reference"`` or ``"fast"`` (same results).
         randomized: position kinds that are also trained with randomized positions (Ruoss et al., 2023):
             kinds that take explicit positions (absolute and rotary), each also in ``positions``.

@@ -21,13 +21,22 @@ reverse   :math:`x_1 \dots x_n` SEP                                      :math:`
 bites     :math:`x_1 \dots x_{v-1}` VERB :math:`x_{v+1} \dots x_n` SEP     :math:`x_{v-1}\; x_{v+1}` (who acts,
                                                                        on whom)
 recall    :math:`k_1 v_1 \dots k_n v_n` SEP :math:`k_q`                    :math:`v_q`
+lookup    :math:`k_1 v_1 \dots k_n v_n` SEP :math:`k_q`, values apart       :math:`v_q`
 ========  ===========================================================  ====================================
 
 ``bites`` is order-sensitive in the spirit of "dog bites man": the answer names the symbol just before the
 verb (the agent) and the one just after it (the patient), which are always different, so the same bag of
 tokens in another order has another answer. ``recall`` is retrieval by relative position: the ``n`` keys
-are distinct and the value sought stands one position after its key. For ``recall`` the length ``n``
-counts key-value pairs; for the other tasks it counts the tokens before ``SEPARATOR``.
+are distinct and the value sought stands one position after its key. Its values are drawn from all the
+symbols, so a value may be the asked key itself: then the asked symbol stands twice, once as a key and once as
+a value, and only the parity of its place tells them apart. An absolute encoding gives that parity directly; a
+relative one only through the exact distance to the query (odd to a key, even to a value), which ALiBi's
+penalty, T5's logarithmic buckets and a decoder without positions do not keep.
+``lookup`` is associative recall as Ba et al. (2016) and Arora et al. (2023, "multi-query associative recall")
+define it: keys and values come from disjoint symbols (the keys from all but the last
+:data:`LOOKUP_VALUE_SYMBOLS`, the values from those), so the asked symbol stands once. For ``recall`` and
+``lookup`` the length ``n`` counts key-value pairs; for the other tasks it counts the tokens before
+``SEPARATOR``.
 """
 
 from __future__ import annotations
@@ -100,6 +109,22 @@ def recall_example(rng: random.Random, length: int, num_symbols: int) -> Example
     return Example(tuple(pairs) + (SEPARATOR, keys[asked]), (values[asked],))
 
 
+LOOKUP_VALUE_SYMBOLS = 8
+"""The symbols ``lookup`` draws its values from (the last ones); its keys are the others."""
+
+
+def lookup_example(rng: random.Random, length: int, num_symbols: int) -> Example:
+    """Associative recall with keys and values apart: ``n`` pairs ``k v``, distinct keys from the first
+    ``num_symbols - LOOKUP_VALUE_SYMBOLS`` symbols, values from the last :data:`LOOKUP_VALUE_SYMBOLS`; ``SEP``,
+    one of the keys; answer its value."""
+    key_symbols = num_symbols - LOOKUP_VALUE_SYMBOLS
+    keys = [NUM_SPECIAL_TOKENS + index for index in rng.sample(range(key_symbols), length)]
+    values = [NUM_SPECIAL_TOKENS + key_symbols + rng.randrange(LOOKUP_VALUE_SYMBOLS) for _ in range(length)]
+    asked = rng.randrange(length)
+    pairs = [token for pair in zip(keys, values, strict=True) for token in pair]
+    return Example(tuple(pairs) + (SEPARATOR, keys[asked]), (values[asked],))
+
+
 @dataclass(frozen=True)
 class Task:
     """A task: how to make one example, and the sizes it implies.
@@ -111,6 +136,8 @@ class Task:
         min_length: the smallest valid ``length``.
         min_symbols: the smallest valid ``num_symbols``.
         summary: one line for tables and legends.
+        key_symbols: ``num_symbols -> `` how many symbols the distinct keys are drawn from (the largest valid
+            ``length``), for the tasks with keys; ``None`` for the others.
     """
 
     name: str
@@ -120,6 +147,7 @@ class Task:
     min_length: int
     min_symbols: int
     summary: str
+    key_symbols: Callable[[int], int] | None = None
 
     def sequence_length(self, length: int) -> int:
         """Prompt plus answer: the number of positions a model reads for an input of size ``length``."""
@@ -129,9 +157,9 @@ class Task:
         """Raise if no example of this size exists: too short, too few symbols, or too few distinct keys."""
         check_int("length", length, minimum=self.min_length)
         check_int("num_symbols", num_symbols, minimum=self.min_symbols)
-        if self.name == "recall" and length > num_symbols:
-            raise ValueError(f"task 'recall' needs length <= num_symbols (the keys are distinct symbols); "
-                             f"got length={length}, num_symbols={num_symbols}")
+        if self.key_symbols is not None and length > self.key_symbols(num_symbols):
+            raise ValueError(f"task {self.name!r} needs length <= {self.key_symbols(num_symbols)}, the symbols its "
+                             f"distinct keys are drawn from with num_symbols={num_symbols}; got length={length}")
 
 
 def _plus_separator(length: int) -> int:
@@ -148,7 +176,10 @@ TASKS: dict[str, Task] = {
     "bites": Task("bites", bites_example, _plus_separator, lambda length: 2, 3, 2,
                   "name who acts (before the verb) and on whom (after it)"),
     "recall": Task("recall", recall_example, lambda length: 2 * length + 2, lambda length: 1, 1, 1,
-                   "give the value stored after the asked key"),
+                   "give the value stored after the asked key", key_symbols=lambda num_symbols: num_symbols),
+    "lookup": Task("lookup", lookup_example, lambda length: 2 * length + 2, lambda length: 1, 1,
+                   LOOKUP_VALUE_SYMBOLS + 1, "give the value stored under the asked key (keys and values apart)",
+                   key_symbols=lambda num_symbols: num_symbols - LOOKUP_VALUE_SYMBOLS),
 }
 
 
@@ -180,7 +211,7 @@ def make_batch(
 
     Args:
         task: a name in :data:`TASKS`.
-        length: the input size ``n`` (pairs for ``"recall"``, tokens otherwise).
+        length: the input size ``n`` (pairs for ``"recall"`` and ``"lookup"``, tokens otherwise).
         batch_size: number of examples, >= 1.
         rng: a :class:`random.Random` (advanced by the call: consecutive calls give new examples) or an int
             seed (a fresh generator: the same seed gives the same batch).
