@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("results",),
     ("length_generalization",),
-    ("extension", "fit_tuning", "recipe_search"),
+    ("extension", "fit_tuning", "recipe_search", "recall_collisions"),
     ("recipe_study",),  # runs the study under the search's choices
     ("attention_maps", "evidence"),
     ("comparisons",),

@@ -7,7 +7,9 @@ scaling rule (:func:`~posenc_ref.lab.extension.run_context_extension`); ``fit-tu
 the study again under one change of budget at a time (:func:`~posenc_ref.lab.fit_tuning.run_fit_tuning`);
 ``recipe-search`` chooses each kind's training recipe inside the training range, on seeds the study does not
 use (:func:`~posenc_ref.lab.recipe_search.run_recipe_search`); ``recipe-study`` runs the study again with each
-kind under its chosen recipe (:func:`~posenc_ref.lab.recipe_study.run_recipe_study`).
+kind under its chosen recipe (:func:`~posenc_ref.lab.recipe_study.run_recipe_study`); ``recall-collisions``
+scores the study's recall decoders apart on the examples whose asked key is also a value
+(:func:`~posenc_ref.lab.recall_collisions.run_recall_collisions`).
 ``python -m posenc_ref.lab <command> --help`` lists the options of each.
 """
 
@@ -28,6 +30,7 @@ from posenc_ref._checks import check_positive_int
 from posenc_ref.lab.extension import ExtensionSettings, run_context_extension
 from posenc_ref.lab.fit_tuning import run_fit_tuning
 from posenc_ref.lab.length_generalization import run_length_generalization
+from posenc_ref.lab.recall_collisions import run_recall_collisions
 from posenc_ref.lab.recipe_search import RECIPES, SEARCH_SEEDS, choice_lines, run_recipe_search, write_choices
 from posenc_ref.lab.recipe_study import load_choices, run_recipe_study
 from posenc_ref.lab.results import format_table
@@ -123,6 +126,16 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"seeds 0..N-1 (default {len(FULL_SETTINGS.seeds)}, the study's)")
     study.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
     study.add_argument("--no-progress", action="store_true", help="no progress bar")
+    collisions = commands.add_parser("recall-collisions",
+                                     help="the study's recall decoders scored apart on the examples whose asked key "
+                                          "is also a value (see posenc_ref.lab.recall_collisions)")
+    collisions.add_argument("--out", required=True, metavar="DIR", help="collisions.csv and runs/ go here")
+    collisions.add_argument("--positions", type=_names, default=FULL_SETTINGS.positions, metavar="A,B",
+                            help="position kinds (default: the study's)")
+    collisions.add_argument("--seeds", type=int, default=len(FULL_SETTINGS.seeds), metavar="N",
+                            help=f"seeds 0..N-1 (default {len(FULL_SETTINGS.seeds)}, the study's)")
+    collisions.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
+    collisions.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
@@ -207,6 +220,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         except (TypeError, ValueError, FileNotFoundError) as error:
             parser.error(str(error))
         return [row for rows in results.values() for row in rows]
+    if arguments.command == "recall-collisions":
+        try:
+            torch.set_num_threads(1)
+            return run_recall_collisions(arguments.out, positions=arguments.positions,
+                                         seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
+                                         jobs=arguments.jobs, progress=not arguments.no_progress,
+                                         command=["python", "-m", "posenc_ref.lab", *(
+                                             sys.argv[1:] if argv is None else argv)])
+        except (TypeError, ValueError) as error:
+            parser.error(str(error))
     if arguments.command == "fit-tuning":
         try:
             torch.set_num_threads(1)
