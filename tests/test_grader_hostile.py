@@ -181,6 +181,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
     # The grader's session keyring (its keys, its quota) and System V message queues: refused.
     assert _printed(_page(batch, "keyrings"), "KEYS") == [["EPERM", "EPERM"]]
+    # Asynchronous I/O contexts, one counter for the whole machine: refused.
+    assert _printed(_page(batch, "aio_contexts"), "AIO") == [[-1, "EPERM"]]
     # Descriptors in flight, counted per real user (one kernel could stop every other's passing): none sent.
     assert _printed(_page(batch, "descriptors_in_flight"), "IN_FLIGHT") == [[0, "EPERM"]]
     # Socket and pipe buffers, which only a control group counts: no growing them, Unix sockets only, and as

@@ -25,11 +25,11 @@ from autograder.sandbox import seccomp
 KERNEL_NUMBERS = {
     "x86_64": {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
                "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425,
-               "add_key": 248, "request_key": 249, "keyctl": 250, "sendmsg": 46, "sendmmsg": 307, "getpid": 39, "write": 1, "socket": 41,
+               "add_key": 248, "request_key": 249, "keyctl": 250, "sendmsg": 46, "sendmmsg": 307, "io_setup": 206, "getpid": 39, "write": 1, "socket": 41,
                "socketpair": 53, "setsockopt": 54, "fcntl": 72},
     "aarch64": {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279, "memfd_secret": 447,
                 "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "add_key": 217,
-                "request_key": 218, "keyctl": 219, "sendmsg": 211, "sendmmsg": 269, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
+                "request_key": 218, "keyctl": 219, "sendmsg": 211, "sendmmsg": 269, "io_setup": 0, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
                 "setsockopt": 208, "fcntl": 25},
 }
 ARGUMENT_CHECKED = ("socket", "socketpair", "setsockopt", "fcntl")
@@ -43,7 +43,8 @@ AUDIT_ARCH = {"x86_64": 62 | 0x80000000 | 0x40000000, "aarch64": 183 | 0x8000000
 HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
            "aarch64": Path("/usr/include/asm-generic/unistd.h")}
 DENIED_CALLS = ("shmget", "shmat", "semget", "msgget", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1",
-                "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl", "sendmsg", "sendmmsg")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
+                "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl", "sendmsg", "sendmmsg",
+                "io_setup")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
 
 
@@ -166,6 +167,12 @@ libc.syscall.restype = ctypes.c_long
 KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
 found = libc.syscall(KEYCTL, ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))  # GET_KEYRING_ID, session
 seen["keyctl"] = errno.errorcode[ctypes.get_errno()] if found < 0 else "allowed"
+IO_SETUP = {"x86_64": 206, "aarch64": 0}[os.uname().machine]
+context = ctypes.c_ulong(0)
+made = libc.syscall(IO_SETUP, ctypes.c_long(1), ctypes.byref(context))  # one asynchronous I/O context
+seen["io_setup"] = errno.errorcode[ctypes.get_errno()] if made < 0 else "allowed"
+if made == 0:
+    libc.syscall({"x86_64": 207, "aarch64": 1}[os.uname().machine], context)  # io_destroy
 queue = libc.msgget(0, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
 seen["msgget"] = errno.errorcode[ctypes.get_errno()] if queue < 0 else "allowed"
 if queue >= 0:
@@ -212,7 +219,7 @@ def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_wo
     seen = json.loads(completed.stdout.strip().splitlines()[-1])
     refused = "EPERM" if mode == "filtered" else "allowed"
     assert seen == {"memfd_create": refused, "shmget": refused, "inotify_init1": refused, "mq_open": refused,
-                    "keyctl": refused, "msgget": refused,
+                    "keyctl": refused, "msgget": refused, "io_setup": refused,
                     "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
                     "so_keepalive": "allowed", "f_setpipe_sz": refused, "scm_rights": refused, "send": "allowed",
                     "zmq_ipc": "pong", "torch": 27.0, "pid": True}

@@ -27,7 +27,9 @@ namespaces: inotify and fanotify instances and POSIX message queues (their limit
 that holds them all leaves none to the instructor's servers and the other kernels of the batch: refused. So are
 the kernel's keyrings (``add_key``, ``request_key``, ``keyctl``): keys count against the same account's quota,
 and the session keyring a process inherits holds the keys of the grader's own session, which no namespace
-hides. The
+hides. So
+are asynchronous I/O contexts (``io_setup``): their counter (``fs.aio-nr`` against ``fs.aio-max-nr``) is one
+number for the whole machine, and a kernel that takes them all leaves none to any process of any account. The
 launcher installs this filter before it starts the kernel (:func:`install`), and every process of the kernel
 inherits it; those calls then fail with ``EPERM``, as if the system forbade them. Nothing the course, NumPy,
 PyTorch or ipykernel run needs them.
@@ -64,11 +66,11 @@ DENIED: dict[str, tuple[int, dict[str, int]]] = {
     "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319,
                             "memfd_secret": 447, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
                             "mq_open": 240, "io_uring_setup": 425, "add_key": 248, "request_key": 249,
-                            "keyctl": 250, "sendmsg": 46, "sendmmsg": 307}),
+                            "keyctl": 250, "sendmsg": 46, "sendmmsg": 307, "io_setup": 206}),
     "aarch64": (0xC00000B7, {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279,
                              "memfd_secret": 447, "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180,
                              "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219,
-                             "sendmsg": 211, "sendmmsg": 269}),
+                             "sendmsg": 211, "sendmmsg": 269, "io_setup": 0}),
 }
 # The calls refused for some arguments only, per machine.
 CHECKED: dict[str, dict[str, int]] = {

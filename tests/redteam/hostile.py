@@ -200,6 +200,15 @@ KERNEL_ATTACKS: dict[str, str] = {
         queue = libc.msgget(0, 0o1000 | 0o600)  # a System V message queue: IPC_PRIVATE, IPC_CREAT
         print("KEYS:", [session, errno.errorcode.get(ctypes.get_errno()) if queue < 0 else queue])
         """,
+    "aio_contexts": """
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        context = ctypes.c_ulong(0)
+        io_setup = {"x86_64": 206, "aarch64": 0}[os.uname().machine]
+        made = libc.syscall(io_setup, ctypes.c_long(65536), ctypes.byref(context))  # the machine's whole aio-max-nr
+        print("AIO:", [made, errno.errorcode.get(ctypes.get_errno()) if made < 0 else None])
+        """,
     "descriptors_in_flight": """
         import array, errno, socket
         first, second = socket.socketpair()
