@@ -122,6 +122,9 @@ def test_links_of_either_kind_another_owners_file_and_the_deadline_are_refused(t
     os.link(tmp_path / "copy.ipynb", hard / f"{ASSIGNMENT}.ipynb")
     _give(hard, bob)
     planted = _inbound_folder(inbound, "bob", "2026-01-03 11:00:00.000000 UTC", bob)
+    # Alice's newest deletes nbgrader's secret, without which release_feedback stops for the whole class.
+    secretless = _inbound_folder(inbound, "alice", "2026-01-03 10:00:00.000000 UTC", alice, b'{"secretless": 1}')
+    (secretless / "submission_secret.txt").unlink()
     os.chown(planted / f"{ASSIGNMENT}.ipynb", impostor, impostor)
     bobs_link = inbound / f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC"
     bobs_link.symlink_to(honest)
@@ -131,6 +134,8 @@ def test_links_of_either_kind_another_owners_file_and_the_deadline_are_refused(t
     assert completed.returncode == 0, completed.stderr
     refused = _refused(completed.stdout)
     assert refused[linked.name] == f"{ASSIGNMENT}.ipynb is a symbolic link; links are not followed"
+    assert refused[secretless.name] == ("it holds no submission_secret.txt, which nbgrader submit writes and "
+                                        "release_feedback needs for every student")
     assert refused[hard.name].startswith(f"{ASSIGNMENT}.ipynb has 2 hard links"), refused
     assert f"is owned by '{accounts['impostor'][0]}'" in refused[planted.name], refused
     assert refused[f"bob+{ASSIGNMENT}+2026-01-04 11:00:00.000000 UTC"] == "it is a symbolic link; links are not followed"

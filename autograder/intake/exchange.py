@@ -30,7 +30,8 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   its own in its place, and receive the class's submissions (:func:`open_inbound`);
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
   (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
-  ``submission_secret.txt`` as checked text, nothing else a student put there. DIR must not hold ``source/``
+  ``submission_secret.txt`` as checked text, nothing else a student put there; a folder without the secret is
+  refused (nbgrader's ``release_feedback`` stops the whole class's release on a submission without one). DIR must not hold ``source/``
   (the folder of the answer key), and nothing here reads the folder the command runs in.
 
 Every name and reason shown is escaped like a line of ``report.txt`` by the caller.
@@ -193,7 +194,7 @@ class _Files:
     notebook_name: str
     notebook: bytes
     timestamp: bytes
-    secret: bytes | None
+    secret: bytes
     received: datetime.datetime  # the latest of the name's timestamp and the changes of what was read
 
 
@@ -234,12 +235,14 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
             "ascii", "replace")
         if timestamp.strip() != record.timestamp_text:
             raise ValueError(f"its timestamp.txt says {shown(timestamp.strip())!r}, its name {record.timestamp_text!r}")
-        secret = None
-        if "submission_secret.txt" in names:
-            text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid, changes)
-            if not _SECRET.fullmatch(text.decode("ascii", "replace").strip()):
-                raise ValueError("its submission_secret.txt is not the hexadecimal secret nbgrader writes")
-            secret = text.strip()
+        if "submission_secret.txt" not in names:
+            # nbgrader's release_feedback reads it for every submission and stops the whole release without it.
+            raise ValueError("it holds no submission_secret.txt, which nbgrader submit writes and release_feedback "
+                             "needs for every student")
+        text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid, changes)
+        if not _SECRET.fullmatch(text.decode("ascii", "replace").strip()):
+            raise ValueError("its submission_secret.txt is not the hexadecimal secret nbgrader writes")
+        secret = text.strip()
         notebook = _read_own_file(folder, chosen, MAX_NOTEBOOK_BYTES, uid, changes)
         # A file written in place after the deadline changes the file, not its folder: the deadline reads the
         # last change of every file read, and of the folder again after the reads.
@@ -444,8 +447,7 @@ def _write(destination: Path, files: _Files) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
     (staging / files.notebook_name).write_bytes(files.notebook)
     (staging / "timestamp.txt").write_bytes(files.timestamp)
-    if files.secret is not None:
-        (staging / "submission_secret.txt").write_bytes(files.secret)
+    (staging / "submission_secret.txt").write_bytes(files.secret)
     staging.chmod(0o755)
     if destination.is_dir() and not destination.is_symlink():
         shutil.rmtree(destination)
