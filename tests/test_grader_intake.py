@@ -106,6 +106,22 @@ def test_a_lone_surrogate_is_replaced_and_noted(tmp_path):
     nbformat.writes(prepared.notebook).encode("utf-8")
 
 
+def test_a_notebook_of_more_cells_than_the_cap_is_not_graded_and_says_why(tmp_path):
+    released = nbformat.read(RELEASED, as_version=4)
+    notebook = json.loads(RELEASED.read_text())
+    def markdown(count):
+        return [{"cell_type": "markdown", "id": f"x{index}", "metadata": {}, "source": "x"} for index in range(count)]
+
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({**notebook, "cells": notebook["cells"] + markdown(2000 - len(notebook["cells"]))}))
+    assert prepare(path, released).notebook is not None  # 2000 cells: graded
+    path.write_text(json.dumps({**notebook, "cells": notebook["cells"] + markdown(200_000)}))
+    prepared = prepare(path, released)
+    assert prepared.notebook is None
+    assert prepared.reason == (f"the notebook holds {len(notebook['cells']) + 200_000} cells; at most 2000 are "
+                               "graded (the released notebook holds about 50)")
+
+
 def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):
     released = nbformat.read(RELEASED, as_version=4)
     flags_of = {cell.metadata["nbgrader"]["grade_id"]: dict(cell.metadata["nbgrader"]) for cell in released.cells

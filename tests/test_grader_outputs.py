@@ -192,6 +192,20 @@ def test_long_text_is_cut_with_a_note():
     assert output["text"] == "x" * 200_000 + "\n[... 100000 more characters not shown]"
 
 
+def test_cells_and_outputs_past_the_notebooks_caps_become_notices():
+    stream = {"output_type": "stream", "name": "stdout", "text": "."}
+    cells = [{"cell_type": "markdown", "id": f"m{index}", "metadata": {}, "source": "x"} for index in range(1990)]
+    cells += [{**_code(*[stream] * 3000), "id": f"c{index}"} for index in range(2)]  # 6000 outputs
+    cells += [{"cell_type": "markdown", "id": f"n{index}", "metadata": {}, "source": "y"} for index in range(20)]
+    rebuilt = sanitize_notebook(_notebook(*cells))
+    nbformat.validate(rebuilt)
+    assert len(rebuilt.cells) == outputs.MAX_CELLS + 1 == 2001
+    assert "[removed from this page: 12 cells past the first 2000; the notebook holds them]" in rebuilt.cells[-1].source
+    first, second = rebuilt.cells[1990].outputs, rebuilt.cells[1991].outputs
+    assert len(first) == 3000 and len(second) == 2000 + 1 == outputs.MAX_OUTPUTS - 3000 + 1
+    assert second[-1].text == "[removed from this page: 1000 outputs past the notebook's 5000; the notebook holds them]"
+
+
 def test_latex_output_becomes_mathml_without_script():
     outputs = _rebuilt_outputs(
         _display({"text/latex": "$x^2$"}),

@@ -27,7 +27,8 @@ solution) keeps its visible checks but not its hidden tests (the lines from ``##
 verdict of a failed check stays, as the error output under its cell. A student's own cells keep all they hold.
 
 Anything else (an output type, a MIME type, a value that is not text, a metadata key) is dropped, and an
-output left empty says what was removed. Text is cut at a length, code too (per cell and per notebook: both
+output left empty says what was removed. At most :data:`MAX_CELLS` cells and :data:`MAX_OUTPUTS` outputs of a
+notebook are rebuilt (a notice stands for the rest): each one costs every renderer a step, however small it is. Text is cut at a length, code too (per cell and per notebook: both
 renderers highlight it), and HTML is cleaned only within a budget per text and per notebook (:class:`Budget`):
 bleach's parser does work that grows faster than its input (with the number of sibling elements), so its input
 is bounded instead of timed. Every page made from the rebuilt notebook, the formgrader's included, therefore
@@ -50,6 +51,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
 from autograder.student.progress import item_labels
+from autograder.student.sanitize import MAX_CELLS  # cells of one notebook rebuilt (the intake's cap); then a notice
 from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
 
 MAX_TEXT_CHARS = 200_000  # a stream, a text/plain, an evalue, one traceback line
@@ -61,6 +63,7 @@ MAX_HTML_TAGS = 4_000  # one HTML text handed to bleach (counted as its "<")
 MAX_NOTEBOOK_HTML_CHARS = 4_000_000  # all the markdown and HTML of one notebook together
 MAX_NOTEBOOK_HTML_TAGS = 40_000
 MAX_NOTICE_NAMES = 10
+MAX_OUTPUTS = 5_000  # outputs of one notebook rebuilt, all cells together; the rest become a notice per cell
 MAX_SOURCE_CHARS = 200_000  # one code cell's source, shown as text (highlighted) by both renderers
 MAX_NOTEBOOK_SOURCE_CHARS = 1_000_000  # the code of all the notebook's cells together
 
@@ -93,6 +96,13 @@ class Budget:
     chars: int = MAX_NOTEBOOK_HTML_CHARS
     tags: int = MAX_NOTEBOOK_HTML_TAGS
     source_chars: int = MAX_NOTEBOOK_SOURCE_CHARS
+    outputs: int = MAX_OUTPUTS
+
+    def kept_outputs(self, outputs: list) -> list:
+        """The first of ``outputs`` within the notebook's :data:`MAX_OUTPUTS`; spends them."""
+        kept = outputs[:max(self.outputs, 0)]
+        self.outputs -= len(kept)
+        return kept
 
     def take(self, text: str) -> bool:
         """Whether ``text`` fits (then it is spent): at most :data:`MAX_HTML_TAGS` tags, within what is left."""
@@ -345,10 +355,14 @@ def rebuilt_cell(cell: object, budget: Budget, item: str | None = None) -> Noteb
         if kind == "code":
             outputs = cell.get("outputs") if isinstance(cell.get("outputs"), list) else []
             source = budget.shown_source(without_hidden_tests(_source(cell)) if is_test_cell(cell) else _source(cell))
-            new = new_code_cell(
-                source, metadata=metadata, execution_count=execution_count(cell),
-                outputs=[rebuilt_output(output, budget) for output in outputs if not is_report_output(output)],
-            )  # fmt: skip
+            shown = [output for output in outputs if not is_report_output(output)]
+            kept = budget.kept_outputs(shown)
+            rebuilt_outputs = [rebuilt_output(output, budget) for output in kept]
+            if len(kept) < len(shown):
+                rebuilt_outputs.append(new_output("stream", name="stdout", text=notice(
+                    f"{len(shown) - len(kept)} outputs past the notebook's {MAX_OUTPUTS}; the notebook holds them")))
+            new = new_code_cell(source, metadata=metadata, execution_count=execution_count(cell),
+                                outputs=rebuilt_outputs)
         elif kind == "markdown":
             new = new_markdown_cell(_markdown_source(cell, budget), metadata=metadata)
         else:
@@ -380,9 +394,13 @@ def sanitize_notebook(notebook: NotebookNode) -> NotebookNode:
     feedback page and the formgrader; ``notebook`` is not changed."""
     budget = Budget()
     cells = notebook.get("cells") if isinstance(notebook.get("cells"), list) else []
+    dropped, cells = max(len(cells) - MAX_CELLS, 0), cells[:MAX_CELLS]
     labels = item_labels(_plain_cell(cell) for cell in cells)
     rebuilt = [rebuilt_cell(cell, budget, _item_of(cell, labels)) for cell in cells]
     _keep_cell_ids(cells, rebuilt)
+    if dropped:
+        rebuilt.append(new_markdown_cell(html_block(html_text(notice(
+            f"{dropped} cells past the first {MAX_CELLS}; the notebook holds them")))))
     return new_notebook(cells=rebuilt, metadata=rebuilt_notebook_metadata(notebook.get("metadata")))
 
 

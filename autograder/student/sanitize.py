@@ -5,8 +5,10 @@ cannot grade a file that is not a notebook, and a deleted test cell would simply
 each submission is compared with the released notebook of its assignment:
 
 - a file that is not UTF-8 JSON, or not a valid notebook, cannot be graded: every item gets 0 and the
-  feedback gives the reason; so does a link, a pipe or a device, or a file larger than
-  :data:`MAX_NOTEBOOK_BYTES` (:func:`read_notebook` never follows a link nor reads past that size);
+  feedback gives the reason; so does a link, a pipe or a device, a file larger than
+  :data:`MAX_NOTEBOOK_BYTES` (:func:`read_notebook` never follows a link nor reads past that size), or a
+  notebook of more than :data:`MAX_CELLS` cells (each cell costs the kernel's run and every renderer a step:
+  200,000 empty cells within the size cap would cost each of them minutes);
 - a deleted cell of the release (an instruction, an answer or a test cell, recognised by its nbgrader
   ``grade_id``) is put back after the cell that precedes it in the release: a restored test cell runs as
   usual, a restored answer cell holds the empty stub, so its item gets 0;
@@ -38,6 +40,7 @@ from nbformat import NotebookNode
 from autograder.student.safe_files import DESCRIPTOR_RELATIVE, Folder, Refused, read_by_path
 
 MAX_NOTEBOOK_BYTES = 50 * 1024**2
+MAX_CELLS = 2_000  # the releases hold 40 to 54 cells; every cell costs each renderer and the kernel's run a step
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -96,9 +99,13 @@ def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
     except UnicodeDecodeError as error:
         return None, f"the file is not UTF-8 text ({error.reason} at byte {error.start})"
     try:
-        json.loads(text)
+        parsed = json.loads(text)
     except json.JSONDecodeError as error:
         return None, f"the file is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})"
+    cells = parsed.get("cells") if isinstance(parsed, dict) else None
+    if isinstance(cells, list) and len(cells) > MAX_CELLS:
+        return None, (f"the notebook holds {len(cells)} cells; at most {MAX_CELLS} are graded (the released "
+                      "notebook holds about 50)")
     try:
         notebook = nbformat.reads(text, as_version=4)
     except Exception as error:  # noqa: BLE001 (nbformat raises many types for JSON that is no notebook)
