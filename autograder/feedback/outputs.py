@@ -51,7 +51,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
 from autograder.student.progress import item_labels
-from autograder.student.sanitize import MAX_CELLS  # cells of one notebook rebuilt (the intake's cap); then a notice
+from autograder.student.sanitize import MAX_CELLS
 from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
 
 MAX_TEXT_CHARS = 200_000  # a stream, a text/plain, an evalue, one traceback line
@@ -63,6 +63,7 @@ MAX_HTML_TAGS = 4_000  # one HTML text handed to bleach (counted as its "<")
 MAX_NOTEBOOK_HTML_CHARS = 4_000_000  # all the markdown and HTML of one notebook together
 MAX_NOTEBOOK_HTML_TAGS = 40_000
 MAX_NOTICE_NAMES = 10
+# MAX_CELLS (the intake's cap, autograder.student.sanitize): cells of one notebook rebuilt; then one notice.
 MAX_OUTPUTS = 5_000  # outputs of one notebook rebuilt, all cells together; the rest become a notice per cell
 MAX_SOURCE_CHARS = 200_000  # one code cell's source, shown as text (highlighted) by both renderers
 MAX_NOTEBOOK_SOURCE_CHARS = 1_000_000  # the code of all the notebook's cells together
