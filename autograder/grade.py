@@ -144,11 +144,14 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
             bound = seccomp.buffer_bound(KERNEL_OPEN_FILES)
             buffers = (f"at most {bound / 2**20:.0f} MB" if bound else
                        "an amount this machine's /proc/sys/net/core does not tell")
+            kernel_total = ("with no bound for a whole kernel, whose processes are not limited as root" if root
+                            else f"times the processes a kernel may start ({limits.processes}, per user)")
             outside = ("anonymous memory files and System V shared memory, semaphores and message queues were "
                        "refused to kernels by a seccomp "
                        "filter, and the buffers of the sockets and pipes a kernel fills, which no limit counts "
-                       f"without a control group, were held by it to their default sizes: {buffers} per kernel "
-                       f"(its {KERNEL_OPEN_FILES} open files, each with its default buffers)")
+                       f"without a control group, were held by it to their default sizes: {buffers} per process "
+                       f"of a kernel (its {KERNEL_OPEN_FILES} open files, each with its default buffers), "
+                       f"{kernel_total}")
         else:
             outside = (f"memory a kernel holds outside its address space, in anonymous files (memfd_create), System "
                        f"V shared memory or the buffers of its sockets and pipes, was NOT limited on this machine "

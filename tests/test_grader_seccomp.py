@@ -232,10 +232,16 @@ def test_the_report_without_control_groups_gives_the_buffer_bound(monkeypatch):
 
     sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 212992}
     monkeypatch.setattr(seccomp, "_read_number", sizes.get)
-    [warning] = _enforcement_warnings(None, "no memory controller here", Limits())
     megabytes = KERNEL_OPEN_FILES * 2 * 212992 / 2**20
-    assert f"at most {megabytes:.0f} MB per kernel (its {KERNEL_OPEN_FILES} open files" in warning
-    assert "no memory controller here" in warning and "System V shared memory, semaphores and message queues were refused" in warning
+    for root, total in ((False, "times the processes a kernel may start (64, per user)"),
+                        (True, "with no bound for a whole kernel, whose processes are not limited as root")):
+        monkeypatch.setattr("os.geteuid", lambda root=root: 0 if root else 1000)
+        [warning] = _enforcement_warnings(None, "no memory controller here", Limits())
+        # The bound holds for each process of a kernel: as many processes, as many times the bound.
+        assert (f"at most {megabytes:.0f} MB per process of a kernel (its {KERNEL_OPEN_FILES} open files, each "
+                f"with its default buffers), {total}") in warning
+        assert "no memory controller here" in warning
+        assert "System V shared memory, semaphores and message queues were refused" in warning
 
 
 def test_the_guide_names_the_kernels_open_file_limit_the_launcher_sets():
