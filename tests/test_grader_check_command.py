@@ -104,3 +104,27 @@ def test_check_speaks_of_written_answers_where_the_notebook_has_them():
     lines = [line for line in output.splitlines() if line.strip()]
     assert any(line.lstrip().startswith("WRITTEN ANSWER") for line in lines), output
     assert lines[-1].endswith("Written answers are graded by an instructor."), output
+
+
+@pytest.mark.slow
+def test_check_prints_no_byte_a_terminal_would_act_on_and_none_of_the_kernels_own_output(tmp_path):
+    notebook = nbformat.read(ROOT / "notebooks" / "01_permutation.ipynb", as_version=4)
+    osc_title, osc_clipboard = "\x1b]0;pwned\x07", "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+    hostile = [
+        # The kernel's own standard output and error, written past Jupyter's capture.
+        nbformat.v4.new_code_cell(f"import os\nos.write(1, {osc_title.encode()!r})\nos.write(2, b'\\r\\x1b[2Kerased')"),
+        # A graded cell of the student's own: its grade id names the item, its error is the message.
+        nbformat.v4.new_code_cell(f"raise ValueError({osc_clipboard + ' FORGED'!r} + '\\u202e')",
+                                  metadata={"nbgrader": {"grade": True, "grade_id": "own\x1b[31m\u2028item",
+                                                         "points": 1}}),
+    ]
+    notebook.cells = hostile + notebook.cells
+    path = tmp_path / "01_permutation.ipynb"
+    nbformat.write(notebook, path)
+    completed = run_module("autograder", "check", str(path), cwd=tmp_path, timeout=300)
+    output = completed.stdout + completed.stderr
+    assert "visible tests pass" in completed.stdout, output
+    assert not any(character in output for character in "\x1b\x07\r\u202e\u2028"), ascii(output)
+    assert "pwned" not in output and "erased" not in output, output
+    [line] = [line for line in output.splitlines() if "FORGED" in line]
+    assert "own\\x1b[31m\\u2028item" in line and "\\x1b]52;c;ZWNobyBwd25lZA==\\x07 FORGED\\u202e" in line, line

@@ -186,7 +186,7 @@ def test_the_view_is_the_allowlist_and_nothing_else(built_view):
     assert sorted(name for name in copied if name.startswith("autograder/")) == [
         "autograder/__init__.py", *(f"autograder/student/{name}.py" for name in (
             "__init__", "answers", "check", "kernels", "parameters", "progress", "received", "safe_files",
-            "sanitize", "submitted_tables"))]
+            "sanitize", "submitted_tables", "terminal"))]
     assert {name.split("/")[0] for name in copied} == {"autograder", "posenc_ref"}
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in copied)
     for name in copied:

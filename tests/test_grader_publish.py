@@ -37,7 +37,7 @@ ALLOWLIST = {
     "autograder/__init__.py", "autograder/__main__.py", "autograder/nbgrader_config.py",
     *(f"autograder/student/{name}.py" for name in (
         "__init__", "answers", "check", "kernels", "parameters", "progress", "received", "safe_files", "sanitize",
-        "submitted_tables")),
+        "submitted_tables", "terminal")),
 }
 GRADERS_SIDE = ("autograder.variants", "autograder.verdicts", "autograder.grade", "autograder.pipeline",
                 "autograder.sandbox.grading_stage", "autograder.source", "autograder.course", "autograder.gradebook",

@@ -35,34 +35,19 @@ from autograder.feedback.mathml import (
     tex_source,
     tex_to_mathml,
 )
+from autograder.student.terminal import terminal_text, visible
 
 # ---------------------------------------------------------------------------------------------------------
 # Text: CSV cells and report lines
 # ---------------------------------------------------------------------------------------------------------
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-# C0 controls (newline, CR, tab, ESC...), DEL, C1 controls, the Arabic letter mark and the bidirectional
-# marks, embeddings, overrides and isolates (they reorder what a line shows), the line and paragraph
-# separators, and lone surrogates (a folder name that is not UTF-8; they cannot be encoded).
-_INVISIBLE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # What a CSV cell shows as an escape: the same as a report line, but newlines and tabs, which the csv module
 # quotes and a terminal shows as layout only.
 _CSV_INVISIBLE = re.compile(
     r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _visible(match: re.Match[str]) -> str:
-    """A character as Python writes it in a string literal: ``\\n``, ``\\x1b``, ``\\u2028``."""
-    character = match.group()
-    if character in _NAMED_ESCAPES:
-        return _NAMED_ESCAPES[character]
-    code = ord(character)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def report_text(value: object) -> str:
@@ -70,9 +55,10 @@ def report_text(value: object) -> str:
     surrogates become visible escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\u2028``, ``\\ud800``).
 
     The result never holds a line break of any kind (``str.splitlines`` finds one line) and always encodes
-    as UTF-8. Other text, accents and scripts included, is unchanged.
+    as UTF-8. Other text, accents and scripts included, is unchanged. The rule is
+    :func:`autograder.student.terminal.terminal_text`'s, by which the student's ``check`` prints too.
     """
-    return _INVISIBLE.sub(_visible, str(value))
+    return terminal_text(value)
 
 
 def csv_cell(value: object) -> str:
@@ -89,7 +75,7 @@ def csv_cell(value: object) -> str:
         return str(value)
     text = str(value)
     formula = text.startswith(FORMULA_PREFIXES)
-    text = _CSV_INVISIBLE.sub(_visible, text)
+    text = _CSV_INVISIBLE.sub(visible, text)
     return "'" + text if formula else text
 
 
@@ -100,7 +86,7 @@ def csv_row(values: Iterable[object]) -> list[str]:
 
 def html_text(value: object) -> str:
     """``value`` as HTML text: ``html.escape`` (quotes too), and lone surrogates as visible escapes."""
-    return html.escape(_SURROGATE.sub(_visible, str(value)))
+    return html.escape(_SURROGATE.sub(visible, str(value)))
 
 
 # ---------------------------------------------------------------------------------------------------------

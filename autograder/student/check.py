@@ -10,6 +10,12 @@ then shows the status as data of :data:`autograder.student.progress.STATUS_MIME`
 lines are those of the notebook's own last cell (:func:`autograder.student.progress.status_line`), and every line names
 its item as the notebook does, "2.2" or "Quiz 1" (:func:`autograder.student.progress.item_labels`).
 
+Everything it prints that a notebook wrote (names, grade ids, messages) is shown escaped
+(:func:`autograder.student.terminal.terminal_text`: no escape sequence, carriage return or bidirectional
+character reaches the terminal), and the kernel's own standard output and error go nowhere. It runs the
+notebook as the user who calls it, with no sandbox: it is the student's tool for their own notebook, never the
+grader's (``python -m autograder grade`` runs submissions in its sandbox).
+
 This module and what it imports are on the student's side: the student edition's ``python -m autograder``
 (:mod:`autograder.authoring.publish`) offers this command only, through :func:`main`.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +41,7 @@ from autograder.student.kernels import (
 )
 from autograder.student.progress import NOT_ANSWERED, STATUS_MIME, item_labels
 from autograder.student.sanitize import read_notebook
+from autograder.student.terminal import terminal_text
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -116,7 +124,8 @@ def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: in
                 allow_errors=True,
                 resources={"metadata": {"path": str(folder)}},
             )
-            execute_in_own_loop(client)
+            # The kernel's own standard output and error are the notebook's to write: not this terminal's.
+            execute_in_own_loop(client, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     labels = item_labels(notebook.cells)
     items = []
     for cell in notebook.cells:
@@ -151,7 +160,7 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
     path = Path(path).resolve()
     notebook, reason = read_notebook(path) if path.is_file() else (None, "there is no such file")
     if notebook is None:
-        print(f"{path}: cannot be checked: {reason}", file=stream)
+        print(terminal_text(f"{path}: cannot be checked: {reason}"), file=stream)
         return 2
     released = matching_release(notebook, path)
     if released is not None:
@@ -159,16 +168,17 @@ def check(path: Path, *, timeout: int = 120, stream: TextIO | None = None) -> in
         labels = item_labels(notebook.cells)  # from the released test cells
         for grade_id in edited:
             print(
-                f"note: the test cell of {labels.get(grade_id, grade_id)} had been edited; the released version "
-                "was run",
+                f"note: the test cell of {terminal_text(labels.get(grade_id, grade_id))} had been edited; the "
+                "released version was run",
                 file=stream,
             )
     items = run_visible_tests(notebook, path.parent, timeout)
-    width = max((len(item.label or item.grade_id) for item in items), default=10)
-    for item in items:
+    names = [terminal_text(item.label or item.grade_id) for item in items]
+    width = max((len(name) for name in names), default=10)
+    for item, name in zip(items, names, strict=True):
         points = f"{item.points:g} point" + ("" if item.points == 1 else "s")
-        line = f"{item.status.upper():>14}  {item.label or item.grade_id:<{width}}  ({points})"
-        print(line + (f"  {item.message}" if item.message else ""), file=stream)
+        line = f"{item.status.upper():>14}  {name:<{width}}  ({points})"
+        print(line + (f"  {terminal_text(item.message)}" if item.message else ""), file=stream)
     tested = [item for item in items if item.status != "written answer"]
     passed = sum(item.status == "passed" for item in tested)
     unanswered = sum(item.status == NOT_ANSWERED for item in tested)

@@ -76,7 +76,7 @@ def kernel_environment_set(jupyter_directory: Path) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def execute_in_own_loop(client) -> None:
+def execute_in_own_loop(client, **kernel_options) -> None:
     """``client.execute()`` for an nbclient ``NotebookClient``, in an event loop of its own that ends with it.
 
     nbclient's ``execute`` runs on an event loop that it keeps for the thread, and a cell that raises can leave
@@ -85,7 +85,9 @@ def execute_in_own_loop(client) -> None:
     on Python 3.11 formatting that traceback parses source code, which breaks an ``ast.parse`` that the
     collector interrupted ("AST constructor recursion depth mismatch"). :func:`asyncio.run` cancels whatever
     the run leaves pending before it closes the loop, so nothing is left to fail later.
+
+    ``kernel_options`` go to the kernel manager's ``start_kernel`` (``stdout``, ``stderr``, ``cwd``).
     """
     import asyncio
 
-    asyncio.run(client.async_execute())
+    asyncio.run(client.async_execute(**kernel_options))
