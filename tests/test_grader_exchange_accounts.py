@@ -178,6 +178,42 @@ def test_a_notebook_rewritten_in_place_after_the_deadline_is_late(tmp_path, acco
     assert not (out / "bob").exists() and honest.is_dir()
 
 
+def test_a_change_after_a_collection_past_the_deadline_is_late_whatever_the_files_times_say(tmp_path, accounts):
+    """A store through a shared memory mapping changes a file and leaves its change time as it was: a copy the
+    grader collected after the deadline is what tells such a change (the red team's mmap attack, with times
+    played by ``now``: the rewrite below keeps a change time before the deadline, as the mapping would)."""
+    from autograder.intake.exchange import collect
+
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = {"alice": accounts["alice"][0]}
+    stamp = "2026-01-01 10:00:00.000000 UTC"
+    folder = _inbound_folder(inbound, "alice", stamp, accounts["alice"][1], b'{"at the deadline": 1}')
+    deadline = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
+    notebook = out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    # Collected before the deadline, a copy is not final: the student may still change the folder.
+    collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=deadline - datetime.timedelta(hours=1))
+    (folder / f"{ASSIGNMENT}.ipynb").write_bytes(b'{"before the deadline": 1}')
+    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                        now=deadline + datetime.timedelta(hours=1))  # the collection at the deadline, an hour late
+    assert collected.accepted == {"alice": folder.name} and not collected.refused
+    assert notebook.read_bytes() == b'{"before the deadline": 1}'
+    # Changed after that collection: refused, the copy kept; with --allow-late, late by at least that hour.
+    (folder / f"{ASSIGNMENT}.ipynb").write_bytes(b'{"after the deadline": 1}')
+    later = deadline + datetime.timedelta(hours=2)
+    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=later)
+    assert collected.refused == [(folder.name, (
+        f"it differs from the copy collected at {deadline + datetime.timedelta(hours=1):%Y-%m-%d %H:%M:%S} UTC, "
+        f"after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline; late work is "
+        "refused without --allow-late (the copy collected then is kept)"))]
+    assert notebook.read_bytes() == b'{"before the deadline": 1}'
+    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=later, allow_late=True)
+    assert notebook.read_bytes() == b'{"after the deadline": 1}'
+    assert collected.late == {"alice": datetime.timedelta(hours=1)}
+    assert (notebook.parent / "timestamp.txt").read_text() == \
+        f"{deadline + datetime.timedelta(hours=1):%Y-%m-%d %H:%M:%S.%f} UTC"
+
+
 def test_a_flood_of_names_in_inbound_pushes_no_student_out(tmp_path, accounts):
     """Any account can create names in inbound/; only those of this assignment's rostered students are kept."""
     exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"

@@ -40,6 +40,7 @@ Every name and reason shown is escaped like a line of ``report.txt`` by the call
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import os
 import pwd
@@ -429,11 +430,24 @@ def collect(
             except (ValueError, Refused) as error:
                 collected.refused.append((record.name, str(error)))
                 continue
+            if deadline is not None and now > deadline:
+                final = _final_copy_time(out / record.student / assignment, files, deadline)
+                if final is not None:  # changed since a collection after the deadline: late, whatever its times say
+                    reason = (f"it differs from the copy collected at {final:%Y-%m-%d %H:%M:%S} UTC, after the "
+                              f"deadline {deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline")
+                    if not allow_late:
+                        reason += "; late work is refused without --allow-late (the copy collected then is kept)"
+                        collected.refused.append((record.name, reason))
+                        continue
+                    received = max(files.received, final)
+                    files = dataclasses.replace(
+                        files, received=received,
+                        timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
             size = len(files.notebook)
             if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
                 collected.refused.append((record.name, f"its {size} bytes exceed the class's cap or the free space"))
                 continue
-            _write(out / record.student / assignment, files)
+            _write(out / record.student / assignment, files, now)
             written += size
             collected.accepted[record.student] = record.name
             if deadline is not None and files.received > deadline:
@@ -441,12 +455,37 @@ def collect(
     return collected
 
 
-def _write(destination: Path, files: _Files) -> None:
-    """Write the notebook and nbgrader's two text files into a new folder, then put it at ``destination``."""
+def _final_copy_time(destination: Path, files: _Files, deadline: datetime.datetime) -> datetime.datetime | None:
+    """When the copy at ``destination`` was collected after ``deadline`` and holds another notebook than
+    ``files``: the time it was collected (its ``timestamp.txt``'s modification time, which :func:`_write` sets and
+    only the instructor's account can change). Otherwise None.
+
+    A collection after the deadline is final for on-time work: what a student's folder holds then was
+    there at the deadline or came later. A file can change without its change time moving (a store through a
+    shared memory mapping leaves ``st_ctime`` as it was), so only this comparison, with a copy the grader made,
+    tells that it changed since."""
+    try:
+        collected_at = _utc(os.lstat(destination / "timestamp.txt").st_mtime)
+    except OSError:
+        return None
+    if collected_at <= deadline:
+        return None
+    try:
+        same = (destination / files.notebook_name).read_bytes() == files.notebook
+    except OSError:
+        same = False
+    return None if same else collected_at
+
+
+def _write(destination: Path, files: _Files, now: datetime.datetime) -> None:
+    """Write the notebook and nbgrader's two text files into a new folder, then put it at ``destination``;
+    ``timestamp.txt``'s modification time is ``now``, the time of the collection (:func:`_final_copy_time`)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
     (staging / files.notebook_name).write_bytes(files.notebook)
     (staging / "timestamp.txt").write_bytes(files.timestamp)
+    seconds = now.replace(tzinfo=datetime.UTC).timestamp()
+    os.utime(staging / "timestamp.txt", (seconds, seconds))
     (staging / "submission_secret.txt").write_bytes(files.secret)
     staging.chmod(0o755)
     if destination.is_dir() and not destination.is_symlink():
