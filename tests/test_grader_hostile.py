@@ -181,6 +181,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
     # The grader's session keyring (its keys, its quota) and System V message queues: refused.
     assert _printed(_page(batch, "keyrings"), "KEYS") == [["EPERM", "EPERM"]]
+    # Queued signals, counted per account machine-wide: the kernel may queue none.
+    assert _printed(_page(batch, "queued_signals"), "QUEUED") == [[0, "EAGAIN"]]
     # Asynchronous I/O contexts, one counter for the whole machine: refused.
     assert _printed(_page(batch, "aio_contexts"), "AIO") == [[-1, "EPERM"]]
     # Descriptors in flight, counted per real user (one kernel could stop every other's passing): none sent.

@@ -10,7 +10,7 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
 3. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
-   size, no core files, open files, no message queues, pending signals) and installs a seccomp filter that
+   size, no core files, open files, no message queues, no queued signals) and installs a seccomp filter that
    holds the memory the address space does not count and the grader's account's own objects: no anonymous
    memory files, System V IPC, keyrings, inotify or message queues, Unix and netlink sockets only, no socket or
    pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
@@ -368,7 +368,9 @@ def _processes_of_this_user() -> int:
 
 
 KERNEL_OPEN_FILES = 256  # a kernel with torch and a figure opens 66; each socket or pipe holds buffers (seccomp.buffer_bound)
-KERNEL_PENDING_SIGNALS = 1024  # counted per user, machine-wide, against every process of the grader's account
+# Queued signals count per user, machine-wide, against every process of the grader's account: a kernel queues
+# none of its own (sigqueue and POSIX timers get EAGAIN; kill's signals, alarms and SIGCHLD are still delivered).
+KERNEL_PENDING_SIGNALS = 0
 FIXED_LIMITS = (
     (resource.RLIMIT_CORE, 0),
     (resource.RLIMIT_NOFILE, KERNEL_OPEN_FILES),

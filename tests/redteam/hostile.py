@@ -200,6 +200,17 @@ KERNEL_ATTACKS: dict[str, str] = {
         queue = libc.msgget(0, 0o1000 | 0o600)  # a System V message queue: IPC_PRIVATE, IPC_CREAT
         print("KEYS:", [session, errno.errorcode.get(ctypes.get_errno()) if queue < 0 else queue])
         """,
+    "queued_signals": """
+        import ctypes, errno, os, signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+        class Value(ctypes.Union):
+            _fields_ = [("number", ctypes.c_int), ("pointer", ctypes.c_void_p)]
+        queued = 0
+        while queued < 100000 and libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), Value(1)) == 0:
+            queued += 1  # each one counts against the grader's account, machine-wide
+        print("QUEUED:", [queued, errno.errorcode.get(ctypes.get_errno())])
+        """,
     "aio_contexts": """
         import ctypes, errno, os
         libc = ctypes.CDLL(None, use_errno=True)
