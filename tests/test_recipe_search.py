@@ -114,6 +114,17 @@ def test_a_recipe_run_on_a_later_seed_only_never_entered_the_first_stage():
     assert (choice.recipe, choice.seeds) == ("slow-long", (100,))  # the finalists share seed 100 only
 
 
+def test_a_recipe_run_on_some_tasks_of_the_first_seed_only_never_entered_the_first_stage():
+    rows = {
+        "study": run_rows("shaw", "copy", 100, FIT) + run_rows("shaw", "lookup", 100, FIT),
+        "slow-long": run_rows("shaw", "copy", 100, POOR) + run_rows("shaw", "lookup", 100, ALMOST),
+        "wide-slow-long": run_rows("shaw", "lookup", 100, FIT),  # its copy run not made for this kind
+    }
+    (choice,) = recipe_search.choose_recipes(rows, target_accuracy=0.99, train_length=8).values()
+    assert choice.first_stage_fitted == {"study": 2, "slow-long": 0} and choice.finalists == ("study", "slow-long")
+    assert choice.runs == 2 and choice.recipe == "study"
+
+
 def test_with_the_first_seed_alone_the_choice_is_the_first_stages_best():
     rows = {recipe: run_rows("t5", "copy", 100, values)
             for recipe, values in (("study", POOR), ("slow-long", ALMOST), ("wide-slow-long", FIT))}

@@ -31,8 +31,8 @@ recipes by how many of the kind's (task, seed) runs fitted (:func:`posenc_ref.la
 to the higher mean over those runs of the lowest exact match inside the training range, then to the cheaper
 recipe (the earlier in :data:`RECIPES`):
 
-1. every recipe with runs of the kind on its first seed (which every recipe runs first) is ranked on the runs
-   of that seed that all of them finished, and the best :data:`FINALISTS` go on;
+1. every recipe with a run of the kind on its first seed for every task that any recipe ran there (which every
+   recipe runs first) is ranked on those runs, and the best :data:`FINALISTS` go on;
 2. the finalists are ranked again on every run that they all finished (the later seeds, which
    ``--finalists`` runs for them only), and the first is chosen.
 
@@ -199,10 +199,11 @@ def choose_recipes(rows_by_recipe: Mapping[str, Sequence[dict[str, Any]]], *, ta
     choices = {}
     for kind in dict.fromkeys(kind for kind, _ in runs):
         candidates = [recipe for recipe in order if (kind, recipe) in runs]
-        # The first stage: the recipes with runs on the kind's first seed (a recipe run on later seeds only, for
-        # other kinds' finalists, never entered it).
+        # The first stage: the recipes with a run of every task the kind has on its first seed (a recipe run on
+        # later seeds only, for other kinds' finalists, or on some tasks only, never entered it).
         first_seed = min(seed for recipe in candidates for _, seed in runs[kind, recipe])
-        entered = [recipe for recipe in candidates if any(seed == first_seed for _, seed in runs[kind, recipe])]
+        first_runs = {key for recipe in candidates for key in runs[kind, recipe] if key[1] == first_seed}
+        entered = [recipe for recipe in candidates if first_runs <= set(runs[kind, recipe])]
         first_keys, first_fitted, _, ranked = _ranked(runs, kind, entered, target_accuracy, first_seed_only=True)
         finalists = ranked[:FINALISTS]
         keys, fitted_runs, lowest, final = _ranked(runs, kind, finalists, target_accuracy)
