@@ -45,6 +45,11 @@ from posenc_ref.lab.tasks import TASKS
 from posenc_ref.lab.train import resolve_device
 
 
+def _command(argv: Sequence[str] | None) -> list[str]:
+    """The command line recorded in a study's provenance: ``python -m posenc_ref.lab`` and its arguments."""
+    return ["python", "-m", "posenc_ref.lab", *(sys.argv[1:] if argv is None else argv)]
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
@@ -182,8 +187,7 @@ def _extension_main(parser: argparse.ArgumentParser, arguments: argparse.Namespa
         rows = run_context_extension(settings, models_dir=arguments.models, out_dir=arguments.out,
                                      extension=extension, device=device, jobs=jobs,
                                      progress=not arguments.no_progress,
-                                     command=["python", "-m", "posenc_ref.lab", *(
-                                         sys.argv[1:] if argv is None else argv)])
+                                     command=_command(argv))
     except (TypeError, ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     print(f"wrote {Path(arguments.out) / 'extension.csv'} ({len(rows)} rows) in {time.perf_counter() - begin:.0f} s")
@@ -203,8 +207,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                                         recipes=arguments.recipes, seeds=arguments.seeds,
                                         finalists_only=arguments.finalists, jobs=arguments.jobs,
                                         progress=not arguments.no_progress,
-                                        command=["python", "-m", "posenc_ref.lab", *(
-                                            sys.argv[1:] if argv is None else argv)])
+                                        command=_command(argv))
         except (TypeError, ValueError) as error:
             parser.error(str(error))
         print("\n".join(choice_lines(write_choices(arguments.out))))
@@ -215,8 +218,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             results = run_recipe_study(arguments.out, load_choices(arguments.choices), positions=arguments.positions,
                                        seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
                                        jobs=arguments.jobs, progress=not arguments.no_progress,
-                                       command=["python", "-m", "posenc_ref.lab", *(
-                                           sys.argv[1:] if argv is None else argv)])
+                                       command=_command(argv))
         except (TypeError, ValueError, FileNotFoundError) as error:
             parser.error(str(error))
         return [row for rows in results.values() for row in rows]
@@ -226,8 +228,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             return run_recall_collisions(arguments.out, positions=arguments.positions,
                                          seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
                                          jobs=arguments.jobs, progress=not arguments.no_progress,
-                                         command=["python", "-m", "posenc_ref.lab", *(
-                                             sys.argv[1:] if argv is None else argv)])
+                                         command=_command(argv))
         except (TypeError, ValueError) as error:
             parser.error(str(error))
     if arguments.command == "fit-tuning":
@@ -236,8 +237,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             results = run_fit_tuning(arguments.out, tasks=arguments.tasks, positions=arguments.positions,
                                      seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
                                      jobs=arguments.jobs, progress=not arguments.no_progress,
-                                     command=["python", "-m", "posenc_ref.lab", *(
-                                         sys.argv[1:] if argv is None else argv)])
+                                     command=_command(argv))
         except (TypeError, ValueError) as error:
             parser.error(str(error))
         return [row for rows in results.values() for row in rows]
@@ -261,8 +261,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                                          progress=not arguments.no_progress, jobs=jobs,
                                          threads=torch.get_num_threads(), resume=not arguments.restart,
                                          save_models=arguments.save_models,
-                                         command=["python", "-m", "posenc_ref.lab", *(
-                                             sys.argv[1:] if argv is None else argv)])
+                                         command=_command(argv))
     except ValueError as error:
         parser.error(str(error))
     print()

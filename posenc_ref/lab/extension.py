@@ -22,7 +22,6 @@ position-free decoders are scored at the same sizes, with and without the same f
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import json
 import sys
@@ -39,6 +38,7 @@ from posenc_ref.attention import POSITION_KINDS, RopePosition
 from posenc_ref.lab import sweep
 from posenc_ref.lab.length_generalization import load_trained_model
 from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.results import write_results
 from posenc_ref.lab.settings import LengthGeneralizationSettings, Run
 from posenc_ref.lab.tasks import TASKS
 from posenc_ref.lab.train import evaluate, resolve_device, train_model
@@ -249,9 +249,6 @@ def run_context_extension(
     results = sweep.run_sweep(jobs_list, _extend_and_score, folder=out_dir, key=lambda job: job.key, jobs=jobs,
                               threads=threads, progress=progress, on_result=count)
     rows = [row for job_rows in results for row in job_rows]
-    with open(out_dir / "extension.csv", "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=EXTENSION_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_results(rows, out_dir / "extension.csv", EXTENSION_COLUMNS)
     note_provenance()
     return rows

@@ -24,7 +24,6 @@ size: a check that these are the study's models.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import random
 import sys
@@ -39,6 +38,7 @@ from posenc_ref._checks import check_positive_int
 from posenc_ref.lab import sweep
 from posenc_ref.lab.length_generalization import build_run_model
 from posenc_ref.lab.models import TinyTransformer
+from posenc_ref.lab.results import write_results
 from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings, Run, _settings_record
 from posenc_ref.lab.tasks import make_batch
 from posenc_ref.lab.train import answer_logits, correct_tokens, train_model
@@ -115,19 +115,19 @@ def run_recall_collisions(out_dir: str | Path, *, positions: Sequence[str] = FUL
     started, version, runs = time.time(), sweep.code_version(), settings.runs()
     computed = 0
 
-    def record(*_: Any) -> None:
-        nonlocal computed
-        computed += bool(_)
+    def note_provenance() -> None:
         sweep.provenance(out_dir, command=list(sys.argv if command is None else command),
                          settings=_settings_record(settings), device="cpu", jobs=jobs, threads=1, started=started,
                          runs=len(runs), runs_this_invocation=computed, version=version)
 
+    def count(job: Any, result: Any) -> None:
+        nonlocal computed
+        computed += 1
+        note_provenance()  # after every run, so an interrupted invocation keeps its time
+
     results = sweep.run_sweep([(settings, run) for run in runs], _train_and_split, folder=out_dir,
-                              key=lambda job: job[1].key, jobs=jobs, threads=1, progress=progress, on_result=record)
+                              key=lambda job: job[1].key, jobs=jobs, threads=1, progress=progress, on_result=count)
     rows = [row for run_rows in results for row in run_rows]
-    with open(out_dir / "collisions.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    record()
+    write_results(rows, out_dir / "collisions.csv", COLUMNS)
+    note_provenance()
     return rows

@@ -80,13 +80,14 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_results(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Write ``rows`` to a CSV file with the columns of :data:`CSV_COLUMNS`."""
+def write_results(rows: Sequence[dict[str, Any]], path: str | Path,
+                  columns: Sequence[str] = CSV_COLUMNS) -> None:
+    """Write ``rows`` to a CSV file with ``columns`` (default :data:`CSV_COLUMNS`), in that order."""
     with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(file, fieldnames=list(columns))
         writer.writeheader()
         for row in rows:
-            writer.writerow({column: row[column] for column in CSV_COLUMNS})
+            writer.writerow({column: row[column] for column in columns})
 
 
 def mean_accuracy(rows: Sequence[dict[str, Any]], *, model: str, task: str) -> dict[str, dict[int, float]]:
