@@ -249,3 +249,14 @@ def test_the_guide_names_the_kernels_open_file_limit_the_launcher_sets():
 
     guide = " ".join((Path(__file__).resolve().parents[1] / "book" / "guide_instructors.md").read_text().split())
     assert f"bounded by the kernel's {KERNEL_OPEN_FILES} open files" in guide
+
+
+def test_the_guide_names_the_cell_output_and_signal_caps_the_code_sets():
+    from autograder.feedback.outputs import MAX_OUTPUTS
+    from autograder.sandbox.launcher import KERNEL_PENDING_SIGNALS
+    from autograder.student.sanitize import MAX_CELLS
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "book" / "guide_instructors.md").read_text().split())
+    assert f"at most {MAX_CELLS:,} cells (each costs" in guide
+    assert f"at most {MAX_CELLS:,} cells and {MAX_OUTPUTS:,} outputs a notebook" in guide
+    assert f"(`RLIMIT_SIGPENDING` {KERNEL_PENDING_SIGNALS}: queued signals count per account)" in guide
