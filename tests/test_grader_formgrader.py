@@ -24,6 +24,7 @@ API, and the autograded notebooks that the formgrader shows hold no active conte
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import os
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -551,3 +553,84 @@ def test_a_submission_opened_again_loads_its_grades_and_saves_with_the_browser_c
     with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
         grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "mistakes")
         assert grade.manual_score == 1.5
+
+
+def test_a_view_the_renderer_cannot_make_is_refused_with_its_reason_and_the_other_views_go_on(graded_class, tmp_path):
+    """In Chromium: a submission's view is made in a child under the stage's limits; one the child cannot make
+    (here a notebook nbformat refuses, with a title escape and markup in it) answers 500 with a reason that quotes
+    none of it, under the policy, and the next view is made as before."""
+    from nbgrader.api import Gradebook
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing (`make chromium` installs it); in CI the browser test must run")
+    from playwright.sync_api import sync_playwright
+
+    with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
+        ids = {student: gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student).id
+               for student in ("full", "hostile")}
+    broken = graded_class / "autograded" / "hostile" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    original = broken.read_bytes()
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Formgrader(graded_class, home, tmp_path / "formgrader.log")
+    try:
+        url = server.url()
+        base = url.split("/formgrader", 1)[0]
+        broken.write_text('{"cells": "\x1b]0;owned\x07<b id=planted>planted</b>"', encoding="utf-8")
+        with tempfile.TemporaryDirectory(prefix="formgrader-views-") as profile, sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            page = context.new_page()
+            page.goto(url)
+            page.wait_for_url("**/formgrader/manage_assignments")
+            refused = page.goto(f"{base}/formgrader/submissions/{ids['hostile']}/")
+            assert refused.status == 500
+            _check_policy(refused)
+            text = page.locator("body").inner_text()
+            assert "was not shown: the renderer ended with code 1 (" in text, text
+            assert "planted" not in page.content() and "owned" not in page.content()
+            shown = page.goto(f"{base}/formgrader/submissions/{ids['full']}/")
+            assert shown.status == 200
+            page.locator(f"input.score#{WRITTEN}").wait_for()
+            context.close()
+    finally:
+        broken.write_bytes(original)
+        server.stop()
+    log = (tmp_path / "formgrader.log").read_text(encoding="utf-8")
+    assert "submission views are rendered under the stage's limits" in log
+    assert f"the view of submission {ids['hostile']} was not made" in log and "\x1b" not in log
+
+
+def test_the_formgrader_server_ends_when_its_command_is_killed(graded_class, tmp_path):
+    """The command killed outright (SIGKILL: no handler runs) leaves no JupyterLab serving the class folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    server = Formgrader(graded_class, home, tmp_path / "formgrader.log")
+    children = ""
+    try:
+        url = server.url()
+        host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        children = subprocess.run(["pgrep", "-P", str(server.process.pid)], check=False, capture_output=True,
+                                  text=True).stdout
+        assert children.split(), "the command started no server"
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        deadline = time.monotonic() + 60
+        while _answers(host, int(port)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _answers(host, int(port)), "JupyterLab still serves the class folder after its command ended"
+    finally:
+        server.stop()
+        for pid in children.split():  # a server left by a failure of this test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+def _answers(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False

@@ -33,10 +33,11 @@ def _render(name: str, **values) -> str:
     return Environment(loader=FileSystemLoader([str(TEMPLATES)])).get_template(name).render(**values)
 
 
-def test_jupyterlab_runs_without_terminals_and_with_the_policy_and_refusal_extensions(tmp_path):
+def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
-    extensions = "{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True}"
+    extensions = ("{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
+                  "'autograder.formgrader.views': True}")
     assert f"--ServerApp.jpserver_extensions={extensions}" in command
 
 

@@ -15,14 +15,18 @@ The formgrader's buttons that would grade, write or release feedback, or collect
 (Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
 job (:mod:`autograder.formgrader.refusals`). Both are server extensions that this package puts on the
 server's ``PYTHONPATH``.
-The server runs under the grading stage's address-space and file-size limits (:func:`server_limits`), and what
-it renders of a submission is bounded by the rebuild of the autograded notebook (:mod:`autograder.feedback.outputs`:
-every text, code and HTML capped). The command prints the formgrader's address with the token once the server
-answers, and runs until it is stopped (Ctrl-C), stopping JupyterLab with it.
+The server runs under the grading stage's address-space and file-size limits (:func:`server_limits`); what it
+renders of a submission is bounded by the rebuild of the autograded notebook (:mod:`autograder.feedback.outputs`:
+every text, code and HTML capped, and the number of cells and outputs), and each submission's view is made in a
+child process under the stage's limits and a time limit (:mod:`autograder.formgrader.views`). The command prints
+the formgrader's address with the token once the server answers, and runs until it is stopped (Ctrl-C, or a
+SIGTERM), stopping JupyterLab with it; JupyterLab is also told to stop when this command's process ends in any
+other way (``PR_SET_PDEATHSIG``), so that no server is left serving the class folder.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import secrets
@@ -41,10 +45,11 @@ from autograder.sandbox.launcher import MEGABYTE, Limits
 from autograder.sandbox.stage import STAGE_MEMORY_MB
 
 START_SECONDS = 120
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the server imports its extensions
-# The server extensions of this package: the policy on every response, and the refusal of the formgrader's calls
-# that would bypass the course's grader.
-SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusals")
+# The server extensions of this package: the policy on every response, the refusal of the formgrader's calls
+# that would bypass the course's grader, and the submission views rendered under the grading stage's limits.
+SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusals", "autograder.formgrader.views")
 
 
 def free_port(ip: str) -> int:
@@ -85,15 +90,20 @@ def jupyterlab_environment(token: str) -> dict[str, str]:
 
 def server_limits(limits: Limits) -> Callable[[], None]:
     """What the server's child runs before exec: its address space and file size held to the grading stage's
-    for ``limits``, for it renders students' autograded notebooks on every view. Its CPU time is not limited
-    (it serves a whole grading session); what a view renders is bounded instead (:mod:`autograder.feedback.outputs`)."""
+    for ``limits``, and a SIGTERM asked for when its parent (this command) ends. Its CPU time is not limited
+    (it serves a whole grading session); each view is made under limits instead (:mod:`autograder.formgrader.views`)."""
     wanted = ((resource.RLIMIT_AS, (max(limits.memory_mb, 1024) + STAGE_MEMORY_MB) * MEGABYTE),
               (resource.RLIMIT_FSIZE, max(limits.file_size_mb, 64) * MEGABYTE))
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    parent = os.getpid()
 
     def set_limits() -> None:
         for kind, value in wanted:
             _, hard = resource.getrlimit(kind)
             resource.setrlimit(kind, (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard),) * 2)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent ended before the request was made
+            os.kill(os.getpid(), signal.SIGTERM)
 
     return set_limits
 

@@ -167,8 +167,9 @@ def stage_environment(jupyter: Path, home: str) -> dict[str, str]:
     return environment
 
 
-def _stage_limits(limits: Limits) -> None:
-    """The stage's own resource limits (the kernel sets lower ones for itself): set in the child before exec."""
+def set_stage_limits(limits: Limits) -> None:
+    """The stage's own resource limits (the kernel sets lower ones for itself): set in the child before exec,
+    or by the stage's program itself where the caller starts it with ``limits_before_exec=False``."""
     memory = (max(limits.memory_mb, 1024) + STAGE_MEMORY_MB) * MEGABYTE if limits.memory_mb else 0
     cpu = stage_seconds(limits) + limits.cpu_seconds if limits.cpu_seconds else 0
     for kind, value in (
@@ -203,20 +204,27 @@ def run_stage(
     cwd: str | None = None,
     join_group=None,
     seconds: float | None = None,
+    limits_before_exec: bool = True,
+    activity: str = "grading",
 ) -> StageOutcome:
     """Run a stage: ``request`` on its standard input, its standard output kept up to
     :data:`MAX_RESPONSE_BYTES`, the end of its standard error; its whole process group killed after
-    ``seconds`` of wall-clock time (default :func:`stage_seconds`). ``join_group`` (a control group's ``join``) runs in the child
-    before it executes bwrap. Never raises for what the stage does."""
+    ``seconds`` of wall-clock time (default :func:`stage_seconds`; ``activity`` names what took too long).
+    ``join_group`` (a control group's ``join``) runs in the child before it executes bwrap. With ``limits_before_exec`` False (a caller with threads of its own, such as a
+    server, where code run between fork and exec may deadlock), nothing runs before exec and the program sets
+    :func:`set_stage_limits` itself before it reads ``request``. Never raises for what the stage does."""
 
     def before_exec() -> None:
         if join_group is not None:
             join_group()
-        _stage_limits(limits)
+        set_stage_limits(limits)
 
+    if not limits_before_exec and join_group is not None:
+        raise ValueError("join_group runs before exec: it needs limits_before_exec=True")
     process = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=cwd,
-        start_new_session=True, preexec_fn=before_exec,  # noqa: PLW1509 (the worker starts no threads of its own)
+        start_new_session=True,
+        preexec_fn=before_exec if limits_before_exec else None,  # noqa: PLW1509 (the worker starts no threads)
     )
     response: list[bytes] = []
     errors: list[bytes] = []
@@ -236,7 +244,7 @@ def run_stage(
     try:
         process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
-        stopped = f"grading took longer than {seconds:g} seconds in all and was stopped"
+        stopped = f"{activity} took longer than {seconds:g} seconds in all and was stopped"
     finally:
         _kill_group(process)
     for reader in readers:
