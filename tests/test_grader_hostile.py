@@ -185,6 +185,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "queued_signals"), "QUEUED") == [[0, "EAGAIN"]]
     # Asynchronous I/O contexts, one counter for the whole machine: refused.
     assert _printed(_page(batch, "aio_contexts"), "AIO") == [[-1, "EPERM"]]
+    # Namespaces, counted against the grader's account up to the machine's: the kernel makes none.
+    assert _printed(_page(batch, "nested_namespaces"), "NAMESPACES") == [["EPERM", "EPERM", "EPERM"]]
     # Descriptors in flight, counted per real user (one kernel could stop every other's passing): none sent.
     assert _printed(_page(batch, "descriptors_in_flight"), "IN_FLIGHT") == [[0, "EPERM"]]
     # Socket and pipe buffers, which only a control group counts: no growing them, Unix sockets only, and as

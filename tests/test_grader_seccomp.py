@@ -26,11 +26,11 @@ KERNEL_NUMBERS = {
     "x86_64": {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447,
                "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mq_open": 240, "io_uring_setup": 425,
                "add_key": 248, "request_key": 249, "keyctl": 250, "sendmsg": 46, "sendmmsg": 307, "io_setup": 206, "getpid": 39, "write": 1, "socket": 41,
-               "socketpair": 53, "setsockopt": 54, "fcntl": 72},
+               "socketpair": 53, "setsockopt": 54, "fcntl": 72, "unshare": 272, "clone": 56, "clone3": 435},
     "aarch64": {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "memfd_create": 279, "memfd_secret": 447,
                 "inotify_init1": 26, "fanotify_init": 262, "mq_open": 180, "io_uring_setup": 425, "add_key": 217,
                 "request_key": 218, "keyctl": 219, "sendmsg": 211, "sendmmsg": 269, "io_setup": 0, "getpid": 172, "write": 64, "socket": 198, "socketpair": 199,
-                "setsockopt": 208, "fcntl": 25},
+                "setsockopt": 208, "fcntl": 25, "unshare": 97, "clone": 220, "clone3": 435},
 }
 ARGUMENT_CHECKED = ("socket", "socketpair", "setsockopt", "fcntl")
 # linux/socket.h, asm-generic/socket.h, linux/fcntl.h
@@ -45,12 +45,19 @@ HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
 DENIED_CALLS = ("shmget", "shmat", "semget", "msgget", "memfd_create", "memfd_secret", "inotify_init", "inotify_init1",
                 "fanotify_init", "mq_open", "io_uring_setup", "add_key", "request_key", "keyctl", "sendmsg", "sendmmsg",
                 "io_setup")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
-ALLOW, EPERM = 0x7FFF0000, 0x00050001
+NAMESPACE_CALLS = ("unshare", "clone", "clone3")
+ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026  # SECCOMP_RET_ERRNO | errno (EPERM 1, ENOSYS 38)
+# linux/sched.h
+CLONE_NEW = {"NEWNS": 0x00020000, "NEWCGROUP": 0x02000000, "NEWUTS": 0x04000000, "NEWIPC": 0x08000000,
+             "NEWUSER": 0x10000000, "NEWPID": 0x20000000, "NEWNET": 0x40000000}
+SIGCHLD, CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND, CLONE_VFORK = 17, 0x100, 0x200, 0x400, 0x800, 0x4000
+CLONE_THREAD, CLONE_SYSVSEM, CLONE_SETTLS = 0x10000, 0x40000, 0x80000
+CLONE_PARENT_SETTID, CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID = 0x100000, 0x200000, 0x1000000
 
 
 def run_filter(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
-    """What the program returns for a call (``nr``, ``arch``, ``args``): a classic-BPF interpreter of the four
-    instructions a seccomp filter of this kind uses (ld [k], jeq #k, jge #k, ret #k)."""
+    """What the program returns for a call (``nr``, ``arch``, ``args``): a classic-BPF interpreter of the five
+    instructions a seccomp filter of this kind uses (ld [k], jeq #k, jge #k, jset #k, ret #k)."""
     words = [*args, *[0] * (6 - len(args))]
     data = struct.pack("=iIQ6Q", nr, arch, 0, *words)  # struct seccomp_data: int nr, u32 arch, u64 ip, u64 args[6]
     instructions = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
@@ -60,8 +67,8 @@ def run_filter(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -
         if code == 0x20:  # BPF_LD | BPF_W | BPF_ABS
             accumulator = struct.unpack_from("=I", data, k)[0]
             pc += 1
-        elif code in (0x15, 0x35):  # BPF_JMP | BPF_JEQ / BPF_JGE, against k
-            taken = accumulator == k if code == 0x15 else accumulator >= k
+        elif code in (0x15, 0x35, 0x45):  # BPF_JMP | BPF_JEQ / BPF_JGE / BPF_JSET, against k
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: accumulator & k != 0}[code]
             pc += 1 + (jump_true if taken else jump_false)
         elif code == 0x06:  # BPF_RET | BPF_K
             return k
@@ -107,6 +114,31 @@ def test_the_program_allows_unix_sockets_only_and_no_larger_buffers(machine):
         assert run_filter(program, fcntl, arch, (3, command, 0)) == ALLOW, command
 
 
+@pytest.mark.parametrize("machine", sorted(KERNEL_NUMBERS))
+def test_the_namespace_program_refuses_every_new_namespace_and_nothing_else(machine):
+    program = seccomp.namespace_program(machine)
+    numbers, arch = KERNEL_NUMBERS[machine], AUDIT_ARCH[machine]
+    clone, unshare, clone3 = numbers["clone"], numbers["unshare"], numbers["clone3"]
+    for flags in (*CLONE_NEW.values(), CLONE_FILES, 0):
+        assert run_filter(program, unshare, arch, (flags,)) == EPERM, flags
+    assert run_filter(program, clone3, arch, (0x7FFF0000, 88)) == ENOSYS  # the C library then calls clone
+    for name, flag in CLONE_NEW.items():
+        assert run_filter(program, clone, arch, (flag | SIGCHLD,)) == EPERM, name
+        assert run_filter(program, clone, arch, (0xFFFFFFFF00000000 | flag,)) == EPERM, name
+    thread = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_SETTLS
+    thread |= CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID  # glibc's pthread_create
+    fork = CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD  # glibc's fork
+    for flags in (thread, fork, CLONE_VM | CLONE_VFORK | SIGCHLD):  # and vfork, posix_spawn's
+        assert run_filter(program, clone, arch, (flags,)) == ALLOW, hex(flags)
+    for nr in range(460):
+        if nr not in (clone, unshare, clone3):
+            assert run_filter(program, nr, arch, (CLONE_NEW["NEWUSER"],)) == ALLOW, nr
+    other = AUDIT_ARCH["aarch64" if machine == "x86_64" else "x86_64"]
+    assert run_filter(program, clone, other, (SIGCHLD,)) == EPERM
+    if machine == "x86_64":
+        assert run_filter(program, 0x40000000 | unshare, arch, (0,)) == EPERM  # the x32 ABI
+
+
 def test_the_buffer_bound_follows_its_formula(monkeypatch):
     sizes = {"/proc/sys/net/core/wmem_default": 212992, "/proc/sys/net/core/rmem_default": 100000}
     monkeypatch.setattr(seccomp, "_read_number", sizes.get)
@@ -125,17 +157,21 @@ def test_the_numbers_are_the_system_headers_where_they_are_installed(machine):
     text = header.read_text()
     denied = {name: KERNEL_NUMBERS[machine][name] for name in DENIED_CALLS if name in KERNEL_NUMBERS[machine]}
     checked = {name: KERNEL_NUMBERS[machine][name] for name in ARGUMENT_CHECKED}
-    for name, number in {**denied, **checked}.items():
+    namespaces = {name: KERNEL_NUMBERS[machine][name] for name in NAMESPACE_CALLS}
+    for name, number in {**denied, **checked, **namespaces}.items():
         # asm-generic names the calls whose 32-bit form differs __NR3264_ (fcntl: fcntl64 on 32 bits)
         assert re.search(rf"#define __NR(3264)?_{name} {number}\n", re.sub(r"[ \t]+", " ", text)), name
     assert seccomp.DENIED[machine][1] == denied
     assert seccomp.CHECKED[machine] == checked
+    assert seccomp.NAMESPACE_CALLS[machine] == namespaces
     assert seccomp.DENIED[machine][0] == AUDIT_ARCH[machine]
 
 
 def test_an_unknown_machine_is_named_in_the_error():
     with pytest.raises(ValueError, match=r"machine must be one of \['aarch64', 'x86_64'\].*'riscv64'"):
         seccomp.filter_program("riscv64")
+    with pytest.raises(ValueError, match=r"machine must be one of \['aarch64', 'x86_64'\].*'riscv64'"):
+        seccomp.namespace_program("riscv64")
 
 
 PROBE = """
@@ -260,3 +296,54 @@ def test_the_guide_names_the_cell_output_and_signal_caps_the_code_sets():
     assert f"at most {MAX_CELLS:,} cells (each costs" in guide
     assert f"at most {MAX_CELLS:,} cells and {MAX_OUTPUTS:,} outputs a notebook" in guide
     assert f"(`RLIMIT_SIGPENDING` {KERNEL_PENDING_SIGNALS}: queued signals count per account)" in guide
+
+
+NAMESPACE_PROBE = """
+import ctypes, errno, json, os, subprocess, sys, threading
+from autograder.sandbox import seccomp
+seccomp.install(program=seccomp.namespace_program())
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+numbers = seccomp.NAMESPACE_CALLS[os.uname().machine]
+seen = {}
+for name, flag in (("CLONE_NEWUSER", 0x10000000), ("CLONE_NEWNET", 0x40000000), ("CLONE_NEWNS", 0x00020000)):
+    seen[name] = errno.errorcode[ctypes.get_errno()] if libc.unshare(flag) != 0 else "allowed"
+made = libc.syscall(numbers["clone"], ctypes.c_ulong(0x10000000 | 17), None, None, None, None)  # NEWUSER | SIGCHLD
+if made == 0:
+    os._exit(0)  # the child of a clone the filter let through
+seen["clone_newuser"] = errno.errorcode[ctypes.get_errno()] if made < 0 else "allowed"
+if made > 0:
+    os.waitpid(made, 0)
+arguments = (ctypes.c_uint64 * 11)()
+made = libc.syscall(numbers["clone3"], ctypes.byref(arguments), ctypes.c_size_t(88))
+if made == 0:
+    os._exit(0)
+seen["clone3"] = errno.errorcode[ctypes.get_errno()] if made < 0 else "allowed"
+seen["subprocess"] = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout.strip()
+results = []
+workers = [threading.Thread(target=lambda: results.append(1)) for _ in range(4)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+seen["threads"] = len(results)
+pid = os.fork()
+if pid == 0:
+    os._exit(3)
+seen["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+import torch
+torch.set_num_threads(2)
+seen["torch"] = float((torch.ones(64, 64) @ torch.ones(64, 64)).sum())
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.NAMESPACE_CALLS, reason=f"no filter for {platform.machine()}")
+def test_installed_the_namespace_filter_refuses_namespaces_while_threads_processes_and_torch_work():
+    completed = subprocess.run([sys.executable, "-c", NAMESPACE_PROBE], capture_output=True, text=True,
+                               timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    seen = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert seen == {"CLONE_NEWUSER": "EPERM", "CLONE_NEWNET": "EPERM", "CLONE_NEWNS": "EPERM",
+                    "clone_newuser": "EPERM", "clone3": "ENOSYS", "subprocess": "42", "threads": 4, "fork": 3,
+                    "torch": 64.0 * 64 * 64}

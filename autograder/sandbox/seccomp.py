@@ -34,6 +34,10 @@ launcher installs this filter before it starts the kernel (:func:`install`), and
 inherits it; those calls then fail with ``EPERM``, as if the system forbade them. Nothing the course, NumPy,
 PyTorch or ipykernel run needs them.
 
+Namespaces count against the grader's account too, in every user namespace up to the machine's: the kernel
+makes none, by a second filter (:func:`namespace_program`) that bubblewrap loads once it has made the kernel's
+own sandbox, just before it executes the kernel (without bubblewrap, the launcher installs both).
+
 The filter is a classic BPF program over ``struct seccomp_data`` (``nr`` at offset 0, ``arch`` at 4, the
 arguments as 64-bit words from 16; an argument checked here is a C ``int`` or ``unsigned int``, of which the
 kernel reads the low 32 bits, the first word on these little-endian machines)::
@@ -77,6 +81,15 @@ CHECKED: dict[str, dict[str, int]] = {
     "x86_64": {"socket": 41, "socketpair": 53, "setsockopt": 54, "fcntl": 72},
     "aarch64": {"socket": 198, "socketpair": 199, "setsockopt": 208, "fcntl": 25},
 }
+# The calls that make namespaces, per machine: unshare(flags) and clone(flags, ...) (flags the first argument on
+# both), and clone3(args, size), whose flags lie in a structure that a filter cannot read.
+NAMESPACE_CALLS: dict[str, dict[str, int]] = {
+    "x86_64": {"unshare": 272, "clone": 56, "clone3": 435},
+    "aarch64": {"unshare": 97, "clone": 220, "clone3": 435},
+}
+# CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET (linux/sched.h;
+# CLONE_NEWTIME, 0x80, is only for unshare and clone3, both refused whole).
+NEW_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 X32_SYSCALL_BIT = 0x40000000
 AF_UNIX, AF_NETLINK = 1, 16  # linux/socket.h
 SOL_SOCKET = 1  # asm-generic/socket.h, on both machines
@@ -87,6 +100,7 @@ F_SETPIPE_SZ = 1031  # F_LINUX_SPECIFIC_BASE (1024) + 7
 LOAD_WORD_ABSOLUTE = 0x20  # BPF_LD | BPF_W | BPF_ABS
 JUMP_IF_EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 JUMP_IF_GREATER_OR_EQUAL = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+JUMP_IF_ANY_BIT = 0x45  # BPF_JMP | BPF_JSET | BPF_K
 RETURN = 0x06  # BPF_RET | BPF_K
 RETURN_ALLOW = 0x7FFF0000
 RETURN_ERRNO = 0x00050000
@@ -189,6 +203,51 @@ def filter_program(machine: str | None = None) -> bytes:
     return program.assemble()
 
 
+def namespace_program(machine: str | None = None) -> bytes:
+    """A second filter, for the kernel once its sandbox is built: no namespace made. ``unshare`` refused,
+    ``clone`` refused when its flags ask for a namespace, and ``clone3`` answered ``ENOSYS`` (a system without
+    it, for which the C library falls back to ``clone``)::
+
+        load arch;   if arch != this machine's                 -> EPERM
+        load nr;     if x86-64 and nr >= 0x40000000            -> EPERM
+                     if nr is unshare                          -> EPERM
+                     if nr is clone3                           -> ENOSYS
+                     if nr is clone -> load args[0]: any of NEW_NAMESPACE_FLAGS -> EPERM
+                                                               -> allow
+
+    Every namespace a process makes counts against its creator's account in every user namespace above it,
+    up to the machine's (``user.max_*_namespaces``, a few thousand on a small machine), so a kernel that held
+    them all would stop the sandbox of every other kernel of the grader's account. bubblewrap makes the
+    kernel's own namespaces before it loads this filter (``--add-seccomp-fd``) and executes the kernel.
+
+    Raises:
+        ValueError: a machine not in :data:`NAMESPACE_CALLS`.
+    """
+    machine = platform.machine() if machine is None else machine
+    if machine not in NAMESPACE_CALLS:
+        raise ValueError(f"machine must be one of {sorted(NAMESPACE_CALLS)} for the kernel's namespace filter, "
+                         f"got {machine!r}")
+    calls = NAMESPACE_CALLS[machine]
+    program = _Program()
+    program.load(ARCH_OFFSET)
+    program.jump(JUMP_IF_EQUAL, DENIED[machine][0], None, "deny")
+    program.load(NR_OFFSET)
+    if machine == "x86_64":
+        program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
+    program.jump(JUMP_IF_EQUAL, calls["unshare"], "deny", None)
+    program.jump(JUMP_IF_EQUAL, calls["clone3"], "no such call", None)
+    program.jump(JUMP_IF_EQUAL, calls["clone"], None, "allow")
+    program.load(argument_offset(0))
+    program.jump(JUMP_IF_ANY_BIT, NEW_NAMESPACE_FLAGS, "deny", "allow")
+    program.label("allow")
+    program.ret(RETURN_ALLOW)
+    program.label("no such call")
+    program.ret(RETURN_ERRNO | errno.ENOSYS)
+    program.label("deny")
+    program.ret(RETURN_ERRNO | errno.EPERM)
+    return program.assemble()
+
+
 def _read_number(path: str) -> int | None:
     try:
         return int(Path(path).read_text().split()[0])
@@ -216,15 +275,15 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install(machine: str | None = None) -> None:
-    """Install :func:`filter_program` on this thread (and so on everything it executes), after setting
-    ``no_new_privs``, which an unprivileged process needs to install a filter.
+def install(machine: str | None = None, program: bytes | None = None) -> None:
+    """Install ``program`` (default :func:`filter_program`) on this thread (and so on everything it executes),
+    after setting ``no_new_privs``, which an unprivileged process needs to install a filter.
 
     Raises:
         ValueError: a machine the filter does not know.
         OSError: the system refused (no seccomp in this kernel).
     """
-    program = filter_program(machine)
+    program = filter_program(machine) if program is None else program
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)

@@ -211,6 +211,15 @@ KERNEL_ATTACKS: dict[str, str] = {
             queued += 1  # each one counts against the grader's account, machine-wide
         print("QUEUED:", [queued, errno.errorcode.get(ctypes.get_errno())])
         """,
+    "nested_namespaces": """
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        made = []
+        for flag in (0x10000000, 0x40000000, 0x00020000):  # CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS
+            # each namespace held counts against the grader's account up to the machine's user.max_*_namespaces
+            made.append("made" if libc.unshare(flag) == 0 else errno.errorcode.get(ctypes.get_errno()))
+        print("NAMESPACES:", made)
+        """,
     "aio_contexts": """
         import ctypes, errno, os
         libc = ctypes.CDLL(None, use_errno=True)
