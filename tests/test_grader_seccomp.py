@@ -115,8 +115,10 @@ def test_the_program_allows_unix_sockets_only_and_no_larger_buffers(machine):
 
 
 @pytest.mark.parametrize("machine", sorted(KERNEL_NUMBERS))
-def test_the_namespace_program_refuses_every_new_namespace_and_nothing_else(machine):
-    program = seccomp.namespace_program(machine)
+def test_the_allowlist_program_allows_its_calls_refuses_namespaces_and_answers_enosys_to_the_rest(machine):
+    from autograder.sandbox.system_calls import NUMBERS
+
+    program = seccomp.allowlist_program(machine)
     numbers, arch = KERNEL_NUMBERS[machine], AUDIT_ARCH[machine]
     clone, unshare, clone3 = numbers["clone"], numbers["unshare"], numbers["clone3"]
     for flags in (*CLONE_NEW.values(), CLONE_FILES, 0):
@@ -130,13 +132,35 @@ def test_the_namespace_program_refuses_every_new_namespace_and_nothing_else(mach
     fork = CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD  # glibc's fork
     for flags in (thread, fork, CLONE_VM | CLONE_VFORK | SIGCHLD):  # and vfork, posix_spawn's
         assert run_filter(program, clone, arch, (flags,)) == ALLOW, hex(flags)
-    for nr in range(460):
-        if nr not in (clone, unshare, clone3):
-            assert run_filter(program, nr, arch, (CLONE_NEW["NEWUSER"],)) == ALLOW, nr
+    allowed = {NUMBERS[machine][name] for name in seccomp.allowed_calls() if name in NUMBERS[machine]}
+    denied = {numbers[name] for name in DENIED_CALLS if name in numbers}
+    assert not allowed & denied
+    for nr in range(600):
+        if nr in (clone, unshare, clone3):
+            continue
+        expected = EPERM if nr in denied else ALLOW if nr in allowed else ENOSYS
+        assert run_filter(program, nr, arch, (CLONE_NEW["NEWUSER"],)) == expected, nr
+    for name in ("read", "write", "openat", "mmap", "futex", "execve", "socket", "fcntl", "getrandom", "rseq"):
+        assert run_filter(program, numbers.get(name, NUMBERS[machine][name]), arch) == ALLOW, name
+    for name in ("ptrace", "mount", "setns", "bpf", "perf_event_open", "userfaultfd", "sync", "process_vm_readv"):
+        assert name not in seccomp.allowed_calls(), name
     other = AUDIT_ARCH["aarch64" if machine == "x86_64" else "x86_64"]
     assert run_filter(program, clone, other, (SIGCHLD,)) == EPERM
     if machine == "x86_64":
         assert run_filter(program, 0x40000000 | unshare, arch, (0,)) == EPERM  # the x32 ABI
+
+
+def test_every_allowed_call_has_a_number_on_x86_64_and_on_arm64_all_but_the_older_forms():
+    from autograder.sandbox.system_calls import NUMBERS
+
+    names = seccomp.allowed_calls()
+    assert len(names) == len(set(names))
+    assert set(NUMBERS["x86_64"]) == set(names)
+    older = {"open", "creat", "dup2", "pipe", "stat", "lstat", "access", "getdents", "rename", "mkdir", "rmdir",
+             "link", "unlink", "symlink", "readlink", "chmod", "chown", "lchown", "utime", "utimes", "futimesat",
+             "mknod", "select", "poll", "epoll_create", "epoll_wait", "eventfd", "signalfd", "fork", "vfork",
+             "getpgrp", "arch_prctl", "pause", "alarm", "time"}  # arm64 has only their newer forms (openat, ...)
+    assert set(NUMBERS["aarch64"]) == set(names) - older
 
 
 def test_the_buffer_bound_follows_its_formula(monkeypatch):
@@ -164,6 +188,14 @@ def test_the_numbers_are_the_system_headers_where_they_are_installed(machine):
     assert seccomp.DENIED[machine][1] == denied
     assert seccomp.CHECKED[machine] == checked
     assert seccomp.NAMESPACE_CALLS[machine] == namespaces
+    from autograder.sandbox.system_calls import NUMBERS
+
+    defined = {name: int(number) for _, name, number in re.findall(r"#define __NR(3264)?_(\w+) (\d+)\n",
+                                                                    re.sub(r"[ \t]+", " ", text))}
+    defined["newfstatat"] = defined.get("newfstatat", defined.get("fstatat"))  # asm-generic's __NR3264_fstatat
+    for name, number in NUMBERS[machine].items():
+        if name in defined or number < 452:  # the calls since Linux 6.6 only where the headers are that new
+            assert defined[name] == number, name
     assert seccomp.DENIED[machine][0] == AUDIT_ARCH[machine]
 
 
@@ -171,7 +203,7 @@ def test_an_unknown_machine_is_named_in_the_error():
     with pytest.raises(ValueError, match=r"machine must be one of \['aarch64', 'x86_64'\].*'riscv64'"):
         seccomp.filter_program("riscv64")
     with pytest.raises(ValueError, match=r"machine must be one of \['aarch64', 'x86_64'\].*'riscv64'"):
-        seccomp.namespace_program("riscv64")
+        seccomp.allowlist_program("riscv64")
 
 
 PROBE = """
@@ -301,7 +333,7 @@ def test_the_guide_names_the_cell_output_and_signal_caps_the_code_sets():
 NAMESPACE_PROBE = """
 import ctypes, errno, json, os, subprocess, sys, threading
 from autograder.sandbox import seccomp
-seccomp.install(program=seccomp.namespace_program())
+seccomp.install(program=seccomp.allowlist_program())
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 numbers = seccomp.NAMESPACE_CALLS[os.uname().machine]
@@ -334,16 +366,30 @@ seen["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 import torch
 torch.set_num_threads(2)
 seen["torch"] = float((torch.ones(64, 64) @ torch.ones(64, 64)).sum())
+import tempfile, zmq, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+with tempfile.TemporaryDirectory() as folder:
+    context = zmq.Context()
+    server, client = context.socket(zmq.REP), context.socket(zmq.REQ)
+    server.bind("ipc://" + os.path.join(folder, "probe"))
+    client.connect("ipc://" + os.path.join(folder, "probe"))
+    client.send(b"ping")
+    seen["zmq_ipc"] = (server.recv(), server.send(b"pong"), client.recv())[2].decode()
+    context.destroy()
+    plt.plot([0, 1], [1, 0])
+    plt.savefig(os.path.join(folder, "figure.png"))
+    seen["figure"] = os.path.getsize(os.path.join(folder, "figure.png")) > 1000
 print(json.dumps(seen))
 """
 
 
 @pytest.mark.skipif(platform.machine() not in seccomp.NAMESPACE_CALLS, reason=f"no filter for {platform.machine()}")
-def test_installed_the_namespace_filter_refuses_namespaces_while_threads_processes_and_torch_work():
+def test_installed_the_allowlist_refuses_namespaces_while_threads_processes_and_torch_work():
     completed = subprocess.run([sys.executable, "-c", NAMESPACE_PROBE], capture_output=True, text=True,
                                timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
     seen = json.loads(completed.stdout.strip().splitlines()[-1])
     assert seen == {"CLONE_NEWUSER": "EPERM", "CLONE_NEWNET": "EPERM", "CLONE_NEWNS": "EPERM",
                     "clone_newuser": "EPERM", "clone3": "ENOSYS", "subprocess": "42", "threads": 4, "fork": 3,
-                    "torch": 64.0 * 64 * 64}
+                    "torch": 64.0 * 64 * 64, "zmq_ipc": "pong", "figure": True}

@@ -16,8 +16,9 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
    pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
 4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability,
-   and with a second seccomp filter that bubblewrap loads once it has made the sandbox: the kernel makes no
-   namespace (:func:`autograder.sandbox.seccomp.namespace_program`; without bubblewrap, installed here):
+   and with a second seccomp filter that bubblewrap loads once it has made the sandbox: an allowlist of system
+   calls, and no namespace (:func:`autograder.sandbox.seccomp.allowlist_program`; without bubblewrap, installed
+   here):
 
        bwrap --add-seccomp-fd FD --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
              --ro-bind /usr /usr (and /bin, /lib... as on the machine) --ro-bind-try /etc/<a few files>
@@ -442,17 +443,18 @@ def main(argv: list[str]) -> None:
     command = kernel_command(visible)
     if settings.use_bwrap:
         command = bwrap_argv(settings, command)
-        command[1:1] = ["--add-seccomp-fd", str(_namespace_filter_descriptor())]
+        command[1:1] = ["--add-seccomp-fd", str(_allowlist_filter_descriptor())]
     else:
-        _install_namespace_filter(settings)
+        _install_allowlist_filter(settings)
         os.chdir(settings.scratch)
     os.execve(command[0], command, environment)
 
 
-def _namespace_filter_descriptor() -> int:
-    """A descriptor that bwrap reads the kernel's second filter from (:func:`seccomp.namespace_program`): a
-    pipe holding the program whole (a few dozen bytes), closed behind it, left open across exec."""
-    program = seccomp.namespace_program()
+def _allowlist_filter_descriptor() -> int:
+    """A descriptor that bwrap reads the kernel's second filter from (:func:`seccomp.allowlist_program`): a
+    pipe holding the program whole (a few kilobytes, within a pipe's buffer), closed behind it, left open
+    across exec."""
+    program = seccomp.allowlist_program()
     read_end, write_end = os.pipe()
     os.write(write_end, program)
     os.close(write_end)
@@ -460,12 +462,12 @@ def _namespace_filter_descriptor() -> int:
     return read_end
 
 
-def _install_namespace_filter(settings: Settings) -> None:
+def _install_allowlist_filter(settings: Settings) -> None:
     """Without bwrap, the kernel's second filter is installed here, beside the first."""
     try:
-        seccomp.install(program=seccomp.namespace_program())
+        seccomp.install(program=seccomp.allowlist_program())
     except (OSError, ValueError) as error:
-        print(f"autograder: the kernel's namespace filter could not be installed: {error}", file=sys.stderr)
+        print(f"autograder: the kernel's allowlist filter could not be installed: {error}", file=sys.stderr)
         if settings.cgroup is None:
             sys.exit(70)
 

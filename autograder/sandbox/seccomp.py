@@ -34,9 +34,10 @@ launcher installs this filter before it starts the kernel (:func:`install`), and
 inherits it; those calls then fail with ``EPERM``, as if the system forbade them. Nothing the course, NumPy,
 PyTorch or ipykernel run needs them.
 
-Namespaces count against the grader's account too, in every user namespace up to the machine's: the kernel
-makes none, by a second filter (:func:`namespace_program`) that bubblewrap loads once it has made the kernel's
-own sandbox, just before it executes the kernel (without bubblewrap, the launcher installs both).
+A second filter (:func:`allowlist_program`), which bubblewrap loads once it has made the kernel's own sandbox,
+just before it executes the kernel (without bubblewrap, the launcher installs both), lets the kernel make the
+system calls of :data:`KERNEL_CALLS` and no other, and no namespace: namespaces count against the grader's
+account too, in every user namespace up to the machine's.
 
 The filter is a classic BPF program over ``struct seccomp_data`` (``nr`` at offset 0, ``arch`` at 4, the
 arguments as 64-bit words from 16; an argument checked here is a C ``int`` or ``unsigned int``, of which the
@@ -90,6 +91,37 @@ NAMESPACE_CALLS: dict[str, dict[str, int]] = {
 # CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET (linux/sched.h;
 # CLONE_NEWTIME, 0x80, is only for unshare and clone3, both refused whole).
 NEW_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+# The system calls a kernel may make once its sandbox is made (:func:`allowlist_program`), by what they are for:
+# what Python, NumPy, PyTorch, Matplotlib, ipykernel and ZeroMQ make, with the C library's older and newer forms
+# of each (arm64 has only the newer). Not here, among others: mount, namespaces (setns), tracing (ptrace,
+# process_vm_*), eBPF, perf events, userfaultfd, kernel modules, keys, clocks' setting, sync and syncfs (which
+# write every file system of the machine), System V and POSIX IPC, io_uring and asynchronous I/O, inotify,
+# setting users or capabilities (nobody has none to set), and whatever a newer Linux adds.
+KERNEL_CALLS: dict[str, str] = {
+    "files": """read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 open openat openat2 creat
+        close close_range lseek dup dup2 dup3 pipe pipe2 fcntl ioctl flock fsync fdatasync sync_file_range
+        ftruncate truncate fallocate fadvise64 readahead sendfile copy_file_range splice tee stat fstat lstat
+        newfstatat statx statfs fstatfs access faccessat faccessat2 getdents getdents64 getcwd chdir fchdir
+        rename renameat renameat2 mkdir mkdirat rmdir link linkat unlink unlinkat symlink symlinkat readlink
+        readlinkat chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat umask utime utimes utimensat
+        futimesat mknod mknodat getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr""",
+    "waiting": """select pselect6 poll ppoll epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
+        eventfd eventfd2 signalfd signalfd4 timerfd_create timerfd_settime timerfd_gettime""",
+    "memory": "brk mmap munmap mremap mprotect madvise mincore msync membarrier pkey_alloc pkey_free pkey_mprotect",
+    "processes": """clone fork vfork execve execveat exit exit_group wait4 waitid kill tkill tgkill getpid getppid
+        gettid getpgid setpgid getpgrp getsid setsid set_tid_address set_robust_list get_robust_list futex
+        futex_waitv futex_wake futex_wait futex_requeue rseq arch_prctl prctl sched_yield sched_getaffinity
+        sched_setaffinity sched_getparam sched_setparam sched_getscheduler sched_setscheduler sched_getattr
+        sched_get_priority_max sched_get_priority_min sched_rr_get_interval getpriority setpriority getcpu
+        getrlimit setrlimit prlimit64 getrusage times sysinfo uname getuid geteuid getgid getegid getresuid
+        getresgid getgroups capget pidfd_open pidfd_send_signal""",
+    "signals and time": """rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait rt_sigsuspend
+        rt_sigqueueinfo rt_tgsigqueueinfo sigaltstack pause alarm getitimer setitimer timer_create timer_settime
+        timer_gettime timer_getoverrun timer_delete restart_syscall clock_gettime clock_getres clock_nanosleep
+        nanosleep gettimeofday time getrandom""",
+    "sockets": """socket socketpair bind listen accept accept4 connect getsockname getpeername sendto recvfrom
+        recvmsg recvmmsg setsockopt getsockopt shutdown""",
+}
 X32_SYSCALL_BIT = 0x40000000
 AF_UNIX, AF_NETLINK = 1, 16  # linux/socket.h
 SOL_SOCKET = 1  # asm-generic/socket.h, on both machines
@@ -203,49 +235,93 @@ def filter_program(machine: str | None = None) -> bytes:
     return program.assemble()
 
 
-def namespace_program(machine: str | None = None) -> bytes:
-    """A second filter, for the kernel once its sandbox is built: no namespace made. ``unshare`` refused,
-    ``clone`` refused when its flags ask for a namespace, and ``clone3`` answered ``ENOSYS`` (a system without
-    it, for which the C library falls back to ``clone``)::
+def allowlist_program(machine: str | None = None) -> bytes:
+    """The kernel's second filter, for the kernel once bubblewrap has made its sandbox: the system calls of
+    :data:`KERNEL_CALLS` and no other. Those of :data:`DENIED` get ``EPERM`` here too (this filter, the newer,
+    decides the error where both refuse), ``unshare`` ``EPERM``, ``clone`` ``EPERM`` when its flags ask for a
+    namespace, ``clone3`` ``ENOSYS``, and any other call ``ENOSYS``, as a system without it would answer (the C
+    library then falls back to an older call, as it does for ``clone3``)::
 
         load arch;   if arch != this machine's                 -> EPERM
         load nr;     if x86-64 and nr >= 0x40000000            -> EPERM
-                     if nr is unshare                          -> EPERM
+                     if nr in the denied calls or unshare      -> EPERM
                      if nr is clone3                           -> ENOSYS
-                     if nr is clone -> load args[0]: any of NEW_NAMESPACE_FLAGS -> EPERM
-                                                               -> allow
+                     if nr is clone -> load args[0]: any of NEW_NAMESPACE_FLAGS -> EPERM, else allow
+                     if nr in KERNEL_CALLS (a binary search over their ranges of numbers) -> allow
+                                                               -> ENOSYS
 
-    Every namespace a process makes counts against its creator's account in every user namespace above it,
-    up to the machine's (``user.max_*_namespaces``, a few thousand on a small machine), so a kernel that held
-    them all would stop the sandbox of every other kernel of the grader's account. bubblewrap makes the
-    kernel's own namespaces before it loads this filter (``--add-seccomp-fd``) and executes the kernel.
+    Every namespace a process makes counts against its creator's account in every user namespace above it, up
+    to the machine's (``user.max_*_namespaces``, a few thousand on a small machine), so a kernel that held them
+    all would stop the sandbox of every other kernel of the grader's account; bubblewrap makes the kernel's own
+    namespaces before it loads this filter (``--add-seccomp-fd``). What a call not yet known to this list may
+    hold is refused by construction rather than by a list of known attacks.
 
     Raises:
         ValueError: a machine not in :data:`NAMESPACE_CALLS`.
     """
+    from autograder.sandbox.system_calls import NUMBERS
+
     machine = platform.machine() if machine is None else machine
     if machine not in NAMESPACE_CALLS:
-        raise ValueError(f"machine must be one of {sorted(NAMESPACE_CALLS)} for the kernel's namespace filter, "
+        raise ValueError(f"machine must be one of {sorted(NAMESPACE_CALLS)} for the kernel's allowlist filter, "
                          f"got {machine!r}")
     calls = NAMESPACE_CALLS[machine]
+    allowed = sorted(NUMBERS[machine][name] for name in allowed_calls() if name in NUMBERS[machine])
     program = _Program()
     program.load(ARCH_OFFSET)
     program.jump(JUMP_IF_EQUAL, DENIED[machine][0], None, "deny")
     program.load(NR_OFFSET)
     if machine == "x86_64":
         program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
-    program.jump(JUMP_IF_EQUAL, calls["unshare"], "deny", None)
+    for number in sorted({*DENIED[machine][1].values(), calls["unshare"]}):
+        program.jump(JUMP_IF_EQUAL, number, "deny", None)
     program.jump(JUMP_IF_EQUAL, calls["clone3"], "no such call", None)
-    program.jump(JUMP_IF_EQUAL, calls["clone"], None, "allow")
+    program.jump(JUMP_IF_EQUAL, calls["clone"], "clone flags", None)
+    _search_ranges(program, _ranges(allowed), "allowed")
+    program.label("clone flags")  # clone(flags, stack, parent_tid, child_tid, tls)
     program.load(argument_offset(0))
-    program.jump(JUMP_IF_ANY_BIT, NEW_NAMESPACE_FLAGS, "deny", "allow")
-    program.label("allow")
+    program.jump(JUMP_IF_ANY_BIT, NEW_NAMESPACE_FLAGS, "deny", None)
     program.ret(RETURN_ALLOW)
     program.label("no such call")
     program.ret(RETURN_ERRNO | errno.ENOSYS)
     program.label("deny")
     program.ret(RETURN_ERRNO | errno.EPERM)
     return program.assemble()
+
+
+def allowed_calls() -> list[str]:
+    """The names of :data:`KERNEL_CALLS`, every group."""
+    return [name for group in KERNEL_CALLS.values() for name in group.split()]
+
+
+def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted numbers as runs of consecutive ones, ``[(first, last), ...]``."""
+    runs: list[tuple[int, int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], number)
+        else:
+            runs.append((number, number))
+    return runs
+
+
+def _search_ranges(program: _Program, runs: list[tuple[int, int]], name: str) -> None:
+    """Instructions that return allow when the loaded number lies in one of ``runs``, ``ENOSYS`` otherwise: a
+    binary search (``jge`` on the first number of the middle run), each leaf with its own two returns, so that
+    every jump stays short."""
+    if len(runs) == 1:
+        first, last = runs[0]
+        program.jump(JUMP_IF_GREATER_OR_EQUAL, first, None, f"{name} outside")
+        program.jump(JUMP_IF_GREATER_OR_EQUAL, last + 1, f"{name} outside", None)
+        program.ret(RETURN_ALLOW)
+        program.label(f"{name} outside")
+        program.ret(RETURN_ERRNO | errno.ENOSYS)
+        return
+    middle = len(runs) // 2
+    program.jump(JUMP_IF_GREATER_OR_EQUAL, runs[middle][0], f"{name}.upper", None)
+    _search_ranges(program, runs[:middle], f"{name}.lower")
+    program.label(f"{name}.upper")
+    _search_ranges(program, runs[middle:], f"{name}.upper")
 
 
 def _read_number(path: str) -> int | None:
