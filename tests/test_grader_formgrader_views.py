@@ -93,3 +93,20 @@ def test_the_guide_names_the_views_time_limit_the_code_sets():
     guide = " ".join((Path(__file__).resolve().parents[1] / "book" / "guide_instructors.md").read_text().split())
     assert f"{rendering.VIEW_SECONDS} seconds of CPU time and of wall clock" in guide
     assert f"under the stage's limits and {rendering.VIEW_SECONDS} seconds (`autograder/formgrader/views.py`)" in guide
+
+
+def test_the_view_child_gets_no_secret_of_the_servers_environment(tmp_path, monkeypatch):
+    from autograder.sandbox import stage
+
+    seen = {}
+
+    def record(request, argv, environment, limits, **options):
+        seen.update(environment)
+        return stage.StageOutcome(b"<html></html>", b"", 0)
+
+    monkeypatch.setenv("JUPYTER_TOKEN", "the-formgraders-token")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "a-cloud-secret")
+    monkeypatch.setattr(stage, "run_stage", record)
+    assert rendering.render_view(tmp_path / "x.ipynb", RESOURCES, FORMGRADE, Limits()) == "<html></html>"
+    assert "the-formgraders-token" not in seen.values() and "a-cloud-secret" not in seen.values()
+    assert set(seen) <= {*rendering.PASSED_THROUGH, "PYTHONPATH"} and seen["PYTHONPATH"]

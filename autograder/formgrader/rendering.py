@@ -26,6 +26,9 @@ from pathlib import Path
 from autograder import REPOSITORY
 from autograder.sandbox.launcher import Limits
 
+# What the child keeps of the server's environment: where programs, its home, its locale and Jupyter's data lie.
+PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "JUPYTER_PATH", "JUPYTER_DATA_DIR",
+                  "JUPYTER_CONFIG_DIR")
 VIEW_SECONDS = 60  # CPU and wall clock of one view: nbconvert's start and one page take 1 to 3 s
 MAX_REQUEST_BYTES = 1024 * 1024
 
@@ -57,7 +60,8 @@ def render_view(notebook: Path, resources: dict, exporter_settings: dict, limits
 
     request = json.dumps({"notebook": str(notebook), "resources": resources, "exporter": exporter_settings,
                           "limits": vars(limits)}).encode()
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    # From an allowlist: the server's own environment holds its token (JUPYTER_TOKEN), which no renderer needs.
+    environment = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
     environment["PYTHONPATH"] = str(REPOSITORY)
     outcome = run_stage(request, [sys.executable, "-m", "autograder.formgrader.rendering"], environment, limits,
                         cwd=str(REPOSITORY), seconds=seconds, limits_before_exec=False, activity="rendering")
