@@ -114,7 +114,9 @@ The score grows like $x^2$ when $x > 1$, and [the paper](https://arxiv.org/abs/1
         ("+1+1", "'+1+1"),
         ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
         ("@SUM(A1:A9)", "'@SUM(A1:A9)"),
-        ("\t=1+1", "'\t=1+1"),
+        ("\t=1+1", "'\\t=1+1"),
+        ("see the notes;=HYPERLINK(\"x\")", "see the notes;'=HYPERLINK(\"x\")"),
+        ("a; -2+3", "a; '-2+3"),
         ("\r=1+1", "'\\r=1+1"),
         ("=", "'="),
     ],
@@ -156,7 +158,24 @@ def test_csv_cell_shows_what_a_terminal_would_act_on_as_escapes():
     assert csv_cell(message) == (
         "\\x1b]0;title\\x07\\x1b]52;c;cm0gLXJm\\x07 fine\\rscore 16 / 16\\x1b[2K\\u202eevil\\x85"
     )
-    assert csv_cell("line one\nline two\tend") == "line one\nline two\tend"  # quoted by the csv module
+    assert csv_cell("line one\nline two\tend") == "line one\nline two\\tend"  # the newline: quoted by the writer
+
+
+def test_the_files_split_on_semicolons_or_tabs_start_no_cell_with_a_formula(tmp_path):
+    """As a spreadsheet's import reads them with a semicolon or a tab as the separator, quotes ignored."""
+    from autograder.feedback.reports import write_csvs
+    from autograder.types import Item, Result
+
+    messages = ["see the notes;=HYPERLINK(CHAR(104)&B2)", "see below\t=1+2\t=cmd|' /C calc'!A0", "a;  @SUM(A1)"]
+    items = [Item(f"item_{index}", 0.0, 1.0, "failed", message) for index, message in enumerate(messages)]
+    write_csvs([Result("mallory;=1+1", "01_permutation", items)], tmp_path)
+    for name in ("grades.csv", "items.csv"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert "\t" not in text
+        for line in text.splitlines():
+            for separator in (";", ",", "\t"):
+                for piece in line.split(separator):
+                    assert not piece.strip().strip('"').startswith(("=", "+", "@", "-")), (name, piece)
 
 
 def test_csv_written_and_read_back_starts_no_cell_with_a_formula():

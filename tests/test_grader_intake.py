@@ -122,6 +122,24 @@ def test_a_notebook_of_more_cells_than_the_cap_is_not_graded_and_says_why(tmp_pa
                                "graded (the released notebook holds about 50)")
 
 
+def test_a_notebook_of_another_format_than_nbformat_4_is_not_graded_and_says_why(tmp_path):
+    """nbformat 3 keeps its cells under worksheets, past a count of "cells"; nbformat converts it whole."""
+    released = nbformat.read(RELEASED, as_version=4)
+    v3 = nbformat.v3.new_notebook(worksheets=[nbformat.v3.new_worksheet(
+        cells=[nbformat.v3.new_text_cell("markdown", source="x") for _ in range(2500)])])
+    path = tmp_path / "n.ipynb"
+    path.write_text(nbformat.v3.writes_json(v3))
+    prepared = prepare(path, released)
+    assert prepared.notebook is None
+    assert prepared.reason == ("the notebook's format is nbformat 3; only nbformat 4 is graded (the format of the "
+                               "released notebook, which JupyterLab writes)")
+    for version in ("4", 4.0, None, 10**9):
+        path.write_text(json.dumps({**json.loads(RELEASED.read_text()), "nbformat": version}))
+        prepared = prepare(path, released)
+        assert prepared.notebook is None and "only nbformat 4 is graded" in prepared.reason, version
+        assert str(10**9) not in prepared.reason
+
+
 def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):
     released = nbformat.read(RELEASED, as_version=4)
     flags_of = {cell.metadata["nbgrader"]["grade_id"]: dict(cell.metadata["nbgrader"]) for cell in released.cells

@@ -21,6 +21,7 @@ written by students. Each place they reach has its own rule:
 
 from __future__ import annotations
 
+import csv
 import html
 import re
 from collections.abc import Iterable
@@ -43,11 +44,14 @@ from autograder.student.terminal import terminal_text, visible
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-# What a CSV cell shows as an escape: the same as a report line, but newlines and tabs, which the csv module
-# quotes and a terminal shows as layout only.
+# What a CSV cell shows as an escape: the same as a report line, but newlines, which the csv module quotes and
+# a terminal shows as layout only. A tab is shown (``\t``): a spreadsheet's import that splits on tabs would
+# start a new cell there.
 _CSV_INVISIBLE = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
+# A semicolon, the list separator of spreadsheets in most European locales, before a formula's first character.
+_FORMULA_AFTER_SEMICOLON = re.compile(r";(\s*)(?=[=+\-@])")
 
 
 def report_text(value: object) -> str:
@@ -65,18 +69,26 @@ def csv_cell(value: object) -> str:
     """``value`` as a CSV cell that no spreadsheet runs as a formula and no terminal acts on.
 
     Text that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``
-    (OWASP, CSV injection); control, bidirectional and separator characters other than a newline and a tab,
-    and lone surrogates, become visible escapes as in :func:`report_text` (``\\x1b``, ``\\r``), so that
+    (OWASP, CSV injection), and so does what follows a semicolon and starts so (for an import that splits on
+    semicolons); control, bidirectional and separator characters other than a newline, tabs included, and lone
+    surrogates, become visible escapes as in :func:`report_text` (``\\x1b``, ``\\r``, ``\\t``), so that
     ``cat items.csv`` runs no escape sequence and the file encodes as UTF-8. An ``int`` or ``float`` is a
-    number the grader computed and is written as ``str`` gives it (``-1.0`` stays a number); the ``csv``
-    module quotes commas, quotes and newlines.
+    number the grader computed and is written as ``str`` gives it (``-1.0`` stays a number); :func:`csv_writer`
+    quotes every cell.
     """
     if isinstance(value, int | float):
         return str(value)
     text = str(value)
     formula = text.startswith(FORMULA_PREFIXES)
     text = _CSV_INVISIBLE.sub(visible, text)
+    text = _FORMULA_AFTER_SEMICOLON.sub(r";\1'", text)
     return "'" + text if formula else text
+
+
+def csv_writer(handle):
+    """A ``csv.writer`` that quotes every cell: a spreadsheet that splits on a semicolon or a tab instead of a
+    comma keeps a quoted cell whole."""
+    return csv.writer(handle, lineterminator="\n", quoting=csv.QUOTE_ALL)
 
 
 def csv_row(values: Iterable[object]) -> list[str]:

@@ -8,11 +8,10 @@ and says which written answers still wait for a hand grade; the CSV files keep n
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from pathlib import Path
 
-from autograder.feedback.escape import csv_row, report_text
+from autograder.feedback.escape import csv_row, csv_writer, report_text
 from autograder.gradebook import HAND_GRADED_STATUS, MANUAL_STATUS
 from autograder.types import NOT_SUBMITTED, Result
 
@@ -59,13 +58,13 @@ def write_csvs(results: list[Result], out: Path,
     """``grades.csv`` and ``items.csv``; every cell a student could choose is neutralized (:func:`csv_row`).
     ``times``: each result's due date and submission time (:func:`autograder.gradebook.submission_times`)."""
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
+        writer = csv_writer(handle)
         writer.writerow(EXPORT_COLUMNS)
         for result in results:
             row = export_row(result, (times or {}).get((result.student, result.assignment), ("", "")))
             writer.writerow(csv_row(row[column] for column in EXPORT_COLUMNS))
     with open(out / "items.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
+        writer = csv_writer(handle)
         writer.writerow(ITEM_COLUMNS)
         for result in results:
             if result.reason == NOT_SUBMITTED:

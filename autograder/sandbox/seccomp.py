@@ -96,11 +96,12 @@ NEW_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x1000
 # of each (arm64 has only the newer). Not here, among others: mount, namespaces (setns), tracing (ptrace,
 # process_vm_*), eBPF, perf events, userfaultfd, kernel modules, keys, clocks' setting, sync and syncfs (which
 # write every file system of the machine), System V and POSIX IPC, io_uring and asynchronous I/O, inotify,
-# setting users or capabilities (nobody has none to set), and whatever a newer Linux adds.
+# setting users or capabilities (nobody has none to set), advice that drops or fills the machine's page cache for
+# files that every process shares (fadvise64, readahead), and whatever a newer Linux adds.
 KERNEL_CALLS: dict[str, str] = {
     "files": """read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 open openat openat2 creat
         close close_range lseek dup dup2 dup3 pipe pipe2 fcntl ioctl flock fsync fdatasync sync_file_range
-        ftruncate truncate fallocate fadvise64 readahead sendfile copy_file_range splice tee stat fstat lstat
+        ftruncate truncate fallocate sendfile copy_file_range splice tee stat fstat lstat
         newfstatat statx statfs fstatfs access faccessat faccessat2 getdents getdents64 getcwd chdir fchdir
         rename renameat renameat2 mkdir mkdirat rmdir link linkat unlink unlinkat symlink symlinkat readlink
         readlinkat chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat umask utime utimes utimensat

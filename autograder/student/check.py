@@ -12,9 +12,11 @@ its item as the notebook does, "2.2" or "Quiz 1" (:func:`autograder.student.prog
 
 Everything it prints that a notebook wrote (names, grade ids, messages) is shown escaped
 (:func:`autograder.student.terminal.terminal_text`: no escape sequence, carriage return or bidirectional
-character reaches the terminal), and the kernel's own standard output and error go nowhere. It runs the
-notebook as the user who calls it, with no sandbox: it is the student's tool for their own notebook, never the
-grader's (``python -m autograder grade`` runs submissions in its sandbox).
+character reaches the terminal), and the kernel is started with its standard output and error on
+``/dev/null``. That holds only for a notebook that does not try: the kernel runs as the user who calls this
+command, with no sandbox, and can still open the caller's terminal by another road (``/proc/<parent>/fd/1``).
+It is the student's tool for their own notebook, never the grader's (``python -m autograder grade`` runs
+submissions in its sandbox).
 
 This module and what it imports are on the student's side: the student edition's ``python -m autograder``
 (:mod:`autograder.authoring.publish`) offers this command only, through :func:`main`.

@@ -102,7 +102,12 @@ def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
         parsed = json.loads(text)
     except json.JSONDecodeError as error:
         return None, f"the file is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})"
-    cells = parsed.get("cells") if isinstance(parsed, dict) else None
+    version = parsed.get("nbformat") if isinstance(parsed, dict) else None
+    if type(version) is not int or version != 4:  # older formats hold their cells elsewhere (worksheets)
+        shown = version if type(version) is int and abs(version) < 1000 else "missing or not a number"
+        return None, (f"the notebook's format is nbformat {shown}; only nbformat 4 is graded (the format of the "
+                      "released notebook, which JupyterLab writes)")
+    cells = parsed.get("cells")
     if isinstance(cells, list) and len(cells) > MAX_CELLS:
         return None, (f"the notebook holds {len(cells)} cells; at most {MAX_CELLS} are graded (the released "
                       "notebook holds about 50)")

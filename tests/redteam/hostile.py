@@ -220,6 +220,18 @@ KERNEL_ATTACKS: dict[str, str] = {
             made.append("made" if libc.unshare(flag) == 0 else errno.errorcode.get(ctypes.get_errno()))
         print("NAMESPACES:", made)
         """,
+    "page_cache_advice": """
+        import errno, os, sys
+        refused = []
+        handle = os.open(sys.executable, os.O_RDONLY)  # a file every process of the machine shares
+        for advice in (os.POSIX_FADV_DONTNEED, os.POSIX_FADV_WILLNEED):
+            try:
+                os.posix_fadvise(handle, 0, 0, advice)  # would drop (or fill) the machine's cache of it
+                refused.append(None)
+            except OSError as error:
+                refused.append(errno.errorcode.get(error.errno))
+        print("ADVICE:", refused)
+        """,
     "aio_contexts": """
         import ctypes, errno, os
         libc = ctypes.CDLL(None, use_errno=True)
