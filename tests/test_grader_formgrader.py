@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import html
+import json
 import os
 import queue
 import re
@@ -474,6 +475,15 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
             assert lab_blocked == [], lab_blocked
             terminals = context.request.get(f"{base}/api/terminals", headers={"Authorization": f"token {token}"})
             assert terminals.status == 404, terminals.status
+            # No kernel: one would run a notebook's code as the grader's user (root here), outside the sandbox.
+            for route, body in (("kernels", {"name": "python3"}),
+                                ("sessions", {"path": "x.ipynb", "type": "notebook", "kernel": {"name": "python3"}})):
+                started = context.request.post(f"{base}/api/{route}", headers={"Authorization": f"token {token}"},
+                                               data=json.dumps(body))
+                assert started.status >= 400, (route, started.status)  # a session reports its kernel's refusal
+                assert route == "sessions" or (started.status == 403 and "starts no kernel" in started.text())
+            kernels = context.request.get(f"{base}/api/kernels", headers={"Authorization": f"token {token}"})
+            assert kernels.ok and kernels.json() == []
             assert context.request.get(f"{base}/api/status", headers={"Authorization": f"token {token}"}).ok
             context.close()
         # nbgrader's grading page loads MathJax from a CDN, which this test (like an offline machine) refuses.

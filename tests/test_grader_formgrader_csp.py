@@ -36,6 +36,7 @@ def _render(name: str, **values) -> str:
 def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
+    assert "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels" in command
     extensions = ("{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
                   "'autograder.formgrader.views': True}")
     assert f"--ServerApp.jpserver_extensions={extensions}" in command

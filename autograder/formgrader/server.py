@@ -9,7 +9,9 @@ first on ``PATH`` (nbgrader runs the ``alembic`` program installed next to it), 
 default) and ``--port`` (a free one by default), with a token drawn at random unless ``JUPYTER_TOKEN`` is set
 (and with ``--allow-root`` when run as root).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
-the browser, which would be a root shell where the grader runs as root), and every response carries the
+the browser, which would be a root shell where the grader runs as root), no kernel can be started (one would
+run a notebook's code as the grader's user, outside the sandbox: :mod:`autograder.formgrader.no_kernels`), and
+every response carries the
 Content-Security-Policy of :mod:`autograder.formgrader.csp` (no inline script runs but the templates' own).
 The formgrader's buttons that would grade, write or release feedback, or collect, with nbgrader's own commands
 (Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
@@ -71,6 +73,7 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
         "--ServerApp.port_retries=0",
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
+        "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels",
         f"--ServerApp.jpserver_extensions={dict.fromkeys(SERVER_EXTENSIONS, True)!r}",
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root
