@@ -50,7 +50,14 @@ def _parser() -> argparse.ArgumentParser:
         "--scheduler",
         metavar="ADDRESS",
         default=None,
-        help="grade on the dask.distributed cluster of this scheduler, e.g. tcp://host:8786 (see book/guide_instructors.md, 'Grading on a cluster')",
+        help="grade on the dask.distributed cluster of this scheduler, e.g. tls://host:8786 (see book/guide_instructors.md, 'Grading on a cluster')",
+    )
+    grade.add_argument(
+        "--cluster-credentials",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="the cluster's TLS credentials, made by `python -m autograder cluster-credentials --out DIR` (needed with --scheduler)",
     )
     grade.add_argument(
         "--regrade",
@@ -134,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
             help="each student's newest submission from nbgrader's exchange, checked against a roster of accounts",
         )
     )
+
+    credentials = commands.add_parser(
+        "cluster-credentials",
+        help="a certificate authority and a certificate for a Dask cluster that only the instructor's ends may join",
+    )
+    credentials.add_argument("--out", type=Path, required=True, help="a new folder for the credentials (made 0700)")
 
     add_check_arguments(commands.add_parser("check", help="run a notebook's visible tests in a fresh kernel"))
 
@@ -281,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 db_url=arguments.db,
                 progress=not arguments.no_progress and sys.stderr.isatty(),
                 scheduler=arguments.scheduler,
+                cluster_credentials=arguments.cluster_credentials,
                 regrade=arguments.regrade,
                 variants=None if arguments.variants is None else arguments.variants == "on",
                 withhold_answers=arguments.withhold_answers,
@@ -321,6 +335,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if arguments.command == "collect":
         return _collect_command(arguments)
+    if arguments.command == "cluster-credentials":
+        from autograder.executors.credentials import make_credentials
+
+        try:
+            written = make_credentials(arguments.out)
+        except ValueError as error:
+            print(f"cluster-credentials: {error}", file=sys.stderr)
+            return 2
+        print(f"wrote {', '.join(path.name for path in written)} in {arguments.out}: copy the folder without ca.key "
+              "to each machine of the cluster, readable by its account alone")
+        return 0
     if arguments.command in ("formgrader", "feedback", "course"):
         return _instructor_command(arguments)
     from autograder.student.check import check

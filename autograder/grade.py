@@ -256,6 +256,7 @@ class Options:
     db_url: str | None
     progress: bool
     scheduler: str | None
+    cluster_credentials: Path | None
     regrade: bool
     variants: bool
     withhold_answers: bool
@@ -274,6 +275,7 @@ def grade(
     db_url: str | None = None,
     progress: bool = False,
     scheduler: str | None = None,
+    cluster_credentials: Path | None = None,
     regrade: bool = False,
     variants: bool | None = None,
     withhold_answers: bool = False,
@@ -296,8 +298,10 @@ def grade(
         db_url: the class's nbgrader gradebook (:mod:`autograder.gradebook`), any SQLAlchemy URL nbgrader
             supports; default ``sqlite:///<out>/gradebook.db``. It is updated, never cleared.
         progress: show a progress bar on standard error.
-        scheduler: the address of a ``dask.distributed`` scheduler (``tcp://HOST:PORT``): every submission
+        scheduler: the address of a ``dask.distributed`` scheduler (``tls://HOST:PORT``): every submission
             is a task on its cluster (:mod:`autograder.executors.dask`) instead of a local process.
+        cluster_credentials: the folder of the cluster's credentials (:mod:`autograder.executors.credentials`),
+            required with ``scheduler``: the grader talks to a cluster over mutual TLS only.
         regrade: grade every submission, even those whose result is kept from an earlier run into ``out``
             with the same file, course and options (:mod:`autograder.records`).
         variants: per-student variants of the numerical items (:mod:`autograder.variants`): True draws each
@@ -332,6 +336,10 @@ def grade(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if max_class_mb is not None and (isinstance(max_class_mb, bool) or not isinstance(max_class_mb, int) or max_class_mb < 1):
         raise ValueError(f"max_class_mb must be a whole number of MB >= 1, got {max_class_mb!r}")
+    if scheduler is not None:
+        from autograder.executors.dask import check_cluster_address
+
+        check_cluster_address(scheduler, cluster_credentials)
     if sandbox and scheduler is None and (problem := bwrap_problem()) is not None:
         raise ValueError(
             f"no submission was graded: the sandbox cannot run on this machine ({problem}). Every student's "
@@ -343,7 +351,7 @@ def grade(
         print(report_text(UNSANDBOXED), file=sys.stderr, flush=True)
     options = Options(
         jobs, timeout, report or (lambda result: None), limits or configured_limits(), sandbox, db_url, progress,
-        scheduler, regrade, enabled_in_config() if variants is None else variants, withhold_answers,
+        scheduler, cluster_credentials, regrade, enabled_in_config() if variants is None else variants, withhold_answers,
         DEFAULT_MAX_CLASS_BYTES if max_class_mb is None else max_class_mb * MEGABYTE,
     )
     out.mkdir(parents=True, exist_ok=True)
@@ -497,7 +505,8 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     tasks.append(prepared)
             if tasks and options.scheduler:
                 try:
-                    run_dask(tasks, options.scheduler, course.directory, deliver, _warn_now(warnings_found), version=version)
+                    run_dask(tasks, options.scheduler, course.directory, deliver, _warn_now(warnings_found), version=version,
+                             credentials=options.cluster_credentials)
                 except SchedulerLost as error:
                     recorded = sorted(f"{result.student}/{result.assignment}" for result in deliver.results)
                     raise SchedulerLost(

@@ -24,6 +24,7 @@ from planted.cluster import DIE_FOR, Cluster, grade_or_die
 
 from autograder import grade as grade_module
 from autograder.executors import dask as dask_executor
+from autograder.executors.credentials import cluster_security, make_credentials
 from autograder.executors.dask import SchedulerLost
 from autograder.grade import grade
 
@@ -73,7 +74,7 @@ def cluster(tmp_path):
 
 def test_a_class_graded_on_the_cluster_equals_the_local_grades(local, cluster, tmp_path):
     out = tmp_path / "out"
-    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address)
+    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address, cluster_credentials=cluster.credentials)
     assert _summary(results) == local
     assert local["ada", ASSIGNMENT][0] == 13.0  # the written answers wait for an instructor
     for student in STUDENTS:
@@ -90,7 +91,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(local, cluster, tmp_path):
             victim.send_signal(signal.SIGKILL)
             killed.append(victim.pid)
 
-    results = grade(_class(tmp_path / "class"), tmp_path / "out", scheduler=cluster.address, report=kill_a_worker)
+    results = grade(_class(tmp_path / "class"), tmp_path / "out", scheduler=cluster.address, cluster_credentials=cluster.credentials, report=kill_a_worker)
     assert killed
     assert _summary(results) == local
     assert len(results) == len(STUDENTS)  # each submission recorded once
@@ -103,7 +104,7 @@ def test_a_worker_out_of_date_gets_no_task_and_is_named(local, cluster, tmp_path
     (stale / "posenc_ref" / "__init__.py").write_text((ROOT / "posenc_ref" / "__init__.py").read_text() + "\n# old\n")
     cluster.add_worker(code=stale)
     out = tmp_path / "out"
-    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address)
+    results = grade(_class(tmp_path / "class"), out, scheduler=cluster.address, cluster_credentials=cluster.credentials)
     assert _summary(results) == local
     report = (out / "report.txt").read_text()
     assert "got no task: its course version is" in report
@@ -116,7 +117,7 @@ def test_a_task_that_ends_its_worker_gets_zero_and_the_batch_completes(tmp_path,
     cluster = Cluster(tmp_path, scheduler_environment={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
     try:
         monkeypatch.setattr(grade_module, "run_dask", _with_remote(grade_or_die))
-        results = grade(_class(tmp_path / "class", (DIE_FOR,)), tmp_path / "out", scheduler=cluster.address)
+        results = grade(_class(tmp_path / "class", (DIE_FOR,)), tmp_path / "out", scheduler=cluster.address, cluster_credentials=cluster.credentials)
         alive = sum(worker.poll() is None for worker in cluster.workers)
     finally:
         cluster.stop()
@@ -145,7 +146,7 @@ def test_a_lost_scheduler_ends_the_command_and_the_next_run_resumes(local, tmp_p
 
     try:
         with pytest.raises(SchedulerLost, match=r"went away .* of 4 submissions were recorded"):
-            grade(submissions, out, scheduler=first.address, report=stop_the_scheduler)
+            grade(submissions, out, scheduler=first.address, cluster_credentials=first.credentials, report=stop_the_scheduler)
     finally:
         first.stop()
     recorded = {path.parent.name for path in (out / ".autograder-records").glob("*/*") if (path / "result.json").exists()}
@@ -160,7 +161,7 @@ def test_a_lost_scheduler_ends_the_command_and_the_next_run_resumes(local, tmp_p
     (tmp_path / "second").mkdir()
     second = Cluster(tmp_path / "second", workers=1)
     try:
-        results = grade(submissions, out, scheduler=second.address)
+        results = grade(submissions, out, scheduler=second.address, cluster_credentials=second.credentials)
     finally:
         second.stop()
     assert _summary(results) == local
@@ -170,5 +171,60 @@ def test_a_lost_scheduler_ends_the_command_and_the_next_run_resumes(local, tmp_p
 
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(dask_executor, "CONNECT_SECONDS", 3)
-    with pytest.raises(ValueError, match=r"scheduler 'tcp://127.0.0.1:9' cannot be reached"):
-        grade(_class(tmp_path / "class", ("ada",)), tmp_path / "out", scheduler="tcp://127.0.0.1:9")
+    credentials = make_credentials(tmp_path / "credentials")[0].parent
+    with pytest.raises(ValueError, match=r"scheduler 'tls://127.0.0.1:9' cannot be reached"):
+        grade(_class(tmp_path / "class", ("ada",)), tmp_path / "out", scheduler="tls://127.0.0.1:9",
+              cluster_credentials=credentials)
+
+
+def test_a_tcp_scheduler_missing_or_open_credentials_are_refused_before_anything_runs(tmp_path):
+    submissions = _class(tmp_path / "class", ("ada",))
+    with pytest.raises(ValueError, match=r"--scheduler must be a tls:// address .*got 'tcp://127.0.0.1:8786'"):
+        grade(submissions, tmp_path / "out", scheduler="tcp://127.0.0.1:8786", cluster_credentials=tmp_path)
+    with pytest.raises(ValueError, match=r"--scheduler needs --cluster-credentials DIR"):
+        grade(submissions, tmp_path / "out", scheduler="tls://127.0.0.1:8786")
+    assert not (tmp_path / "out").exists()
+    credentials = make_credentials(tmp_path / "credentials")[0].parent
+    os.chmod(credentials / "node.key", 0o644)
+    with pytest.raises(ValueError, match=r"the key .*node.key must be this account's and readable by it alone"):
+        cluster_security(credentials)
+    os.chmod(credentials / "node.key", 0o600)
+    os.chmod(credentials, 0o777)
+    with pytest.raises(ValueError, match=r"must not be writable by other accounts"):
+        cluster_security(credentials)
+
+
+def test_only_an_end_with_the_instructors_certificate_joins_the_cluster(cluster, tmp_path):
+    """A student's client: over plain TCP, or over TLS with credentials of an authority of its own; both are
+    refused, while the grader's credentials connect."""
+    from distributed import Client
+
+    with Client(cluster.address, timeout=10, set_as_default=False,
+                security=cluster_security(cluster.credentials)) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+    plain = cluster.address.replace("tls://", "tcp://")
+    strangers = cluster_security(make_credentials(tmp_path / "strangers")[0].parent)
+    for address, security in ((plain, None), (cluster.address, strangers)):
+        with pytest.raises((OSError, TimeoutError, ValueError)):
+            Client(address, timeout=5, set_as_default=False, security=security).close()
+
+
+def test_the_guide_starts_the_cluster_with_the_options_the_tests_start_it_with(tmp_path):
+    guide = (ROOT / "book" / "guide_instructors.md").read_text()
+    block = guide.split("(guide-instructors-dask)=", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].split() for line in block.strip().splitlines()]
+    credentials, scheduler, worker, grading = lines
+    assert credentials[:4] == ["python", "-m", "autograder", "cluster-credentials"]
+    folder = credentials[credentials.index("--out") + 1].rstrip("/")
+    tls = ["--tls-ca-file", f"{folder}/ca.pem", "--tls-cert", f"{folder}/node.pem", "--tls-key", f"{folder}/node.key"]
+    assert scheduler[:2] == ["dask", "scheduler"] and scheduler[-6:] == tls
+    assert {"--protocol", "tls", "--no-dashboard"} <= set(scheduler)
+    assert worker[:3] == ["dask", "worker", "tls://SCHEDULER:8786"] and worker[-6:] == tls
+    assert {"--no-nanny", "--no-dashboard"} <= set(worker) and worker[worker.index("--nthreads") + 1] == "1"
+    assert grading[grading.index("--scheduler") + 1].startswith("tls://")
+    assert grading[grading.index("--cluster-credentials") + 1].rstrip("/") == folder
+    from planted.cluster import Cluster
+
+    started = Cluster.__new__(Cluster)
+    started.credentials = Path(folder)
+    assert started.tls_options() == tls  # the tests' cluster is started with the same options

@@ -1,6 +1,9 @@
 """The Dask executor: every submission a task on an existing ``dask.distributed`` cluster.
 
-``python -m autograder grade PATH --out DIR --scheduler tcp://HOST:PORT`` connects to the scheduler, then:
+``python -m autograder grade PATH --out DIR --scheduler tls://HOST:PORT --cluster-credentials CREDENTIALS``
+connects to the scheduler over mutual TLS (:mod:`autograder.executors.credentials`: only an end that shows a
+certificate of the instructor's own authority is let in; a ``tcp://`` scheduler is refused, for anyone who
+reaches it could run code on the workers and read the hidden tests), then:
 
 1. checks every worker before any task runs (:func:`check_worker`): the same course version as the main
    process (:func:`autograder.course.course_version`), bubblewrap able to make the sandbox, the kernel's
@@ -157,11 +160,31 @@ def _allowed_failures() -> int:
     return int(dask.config.get("distributed.scheduler.allowed-failures"))
 
 
-def _connect(scheduler: str):
+def check_cluster_address(scheduler: str, credentials: Path | None) -> None:
+    """Refuse a scheduler the grader does not talk to: one that is not ``tls://``, or no credentials.
+
+    Raises:
+        ValueError: naming ``--scheduler`` or ``--cluster-credentials`` and what is allowed.
+    """
+    if not scheduler.startswith("tls://"):
+        raise ValueError(
+            f"--scheduler must be a tls:// address (mutual TLS with the cluster's credentials), got {scheduler!r}: "
+            "over tcp:// anyone who reaches the scheduler can run code on the workers and read the hidden tests "
+            "(book/guide_instructors.md, 'Grading on a cluster')")
+    if credentials is None:
+        raise ValueError("--scheduler needs --cluster-credentials DIR (python -m autograder cluster-credentials "
+                         "--out DIR makes them)")
+
+
+def _connect(scheduler: str, credentials: Path | None):
     from distributed import Client
 
+    from autograder.executors.credentials import cluster_security
+
+    check_cluster_address(scheduler, credentials)
+    security = cluster_security(credentials)
     try:
-        return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
+        return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False, security=security)
     except (OSError, TimeoutError, ValueError) as error:
         raise ValueError(f"scheduler {scheduler!r} cannot be reached ({type(error).__name__}: {error})") from error
 
@@ -207,20 +230,23 @@ def run_dask(
     warn: Callable[[str], None],
     *,
     version: str,
+    credentials: Path | None = None,
     remote: Callable = grade_on_worker,
 ) -> None:
     """Grade ``tasks`` on the cluster of ``scheduler``; hand each result to ``deliver`` as it arrives.
 
-    ``warn`` receives a line for every worker that failed its check. ``remote`` is the function run on the
-    workers (tests replace it to fail on purpose).
+    ``warn`` receives a line for every worker that failed its check. ``credentials``: the folder of the
+    cluster's credentials (:func:`autograder.executors.credentials.cluster_security`). ``remote`` is the
+    function run on the workers (tests replace it to fail on purpose).
 
     Raises:
-        ValueError: the scheduler cannot be reached, or no worker passed its check.
+        ValueError: the scheduler is not tls://, the credentials are missing or open to other accounts, the
+            scheduler cannot be reached, or no worker passed its check.
         SchedulerLost: the scheduler went away before every task was done.
     """
     from distributed import as_completed
 
-    client = _connect(scheduler)
+    client = _connect(scheduler, credentials)
     try:
         checks = client.run(check_worker, version)
         good = sorted(worker for worker, problem in checks.items() if problem is None)

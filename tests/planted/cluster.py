@@ -1,6 +1,7 @@
-"""A real dask.distributed cluster on loopback for the grader's tests: a scheduler and workers started as an
-administrator starts them (``dask scheduler``, ``dask worker ADDRESS --no-nanny --nthreads 1``), each its own
-process over TCP; and, for the fault tests, a task function that ends its worker on purpose."""
+"""A real dask.distributed cluster on loopback for the grader's tests: credentials made and a scheduler and workers
+started as the instructors' guide starts them (``python -m autograder cluster-credentials``, ``dask scheduler
+--protocol tls ...``, ``dask worker tls://ADDRESS --no-nanny --nthreads 1 ...``), each its own process over
+mutual TLS; and, for the fault tests, a task function that ends its worker on purpose."""
 
 from __future__ import annotations
 
@@ -26,12 +27,15 @@ class Cluster:
         self.processes: list[subprocess.Popen] = []
         self.workers: list[subprocess.Popen] = []
         scheduler_file = folder / "scheduler.json"
+        self.credentials = folder / "credentials"
+        subprocess.run([sys.executable, "-m", "autograder", "cluster-credentials", "--out", str(self.credentials)],
+                       cwd=ROOT, env=command_environment(), check=True, capture_output=True)
         environment = {**command_environment(), **(scheduler_environment or {})}
         # The scheduler unpickles the tasks: it imports their functions too (planted.cluster's among them).
         environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
         self.scheduler = self._start(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             "--scheduler-file", str(scheduler_file)], environment, "scheduler",
+            [DASK, "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             *self.tls_options(), "--scheduler-file", str(scheduler_file)], environment, "scheduler",
         )
         deadline = time.monotonic() + START_SECONDS
         while not scheduler_file.exists() and time.monotonic() < deadline:
@@ -39,6 +43,11 @@ class Cluster:
         self.address = json.loads(scheduler_file.read_text())["address"]
         for _ in range(workers):
             self.add_worker()
+
+    def tls_options(self) -> list[str]:
+        folder = self.credentials
+        return ["--tls-ca-file", str(folder / "ca.pem"), "--tls-cert", str(folder / "node.pem"),
+                "--tls-key", str(folder / "node.key")]
 
     def _start(self, argv: list[str], environment: dict, name: str) -> subprocess.Popen:
         log = open(self.folder / f"{name}-{len(self.processes)}.log", "w")  # noqa: SIM115 (closed with the process)
@@ -52,7 +61,7 @@ class Cluster:
         environment["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "tests")])
         worker = self._start(
             [DASK, "worker", self.address, "--no-nanny", "--nthreads", "1", "--host", "127.0.0.1",
-             "--no-dashboard"], environment, "worker",
+             "--no-dashboard", *self.tls_options()], environment, "worker",
         )
         self.workers.append(worker)
         self.wait_for_workers(sum(process.poll() is None for process in self.workers))
@@ -61,7 +70,10 @@ class Cluster:
     def wait_for_workers(self, count: int) -> None:
         from distributed import Client
 
-        with Client(self.address, timeout=START_SECONDS, set_as_default=False) as client:
+        from autograder.executors.credentials import cluster_security
+
+        with Client(self.address, timeout=START_SECONDS, set_as_default=False,
+                    security=cluster_security(self.credentials)) as client:
             client.wait_for_workers(count, timeout=START_SECONDS)
 
     def stop(self) -> None:
