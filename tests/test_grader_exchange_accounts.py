@@ -205,13 +205,71 @@ def test_a_change_after_a_collection_past_the_deadline_is_late_whatever_the_file
     assert collected.refused == [(folder.name, (
         f"it differs from the copy collected at {deadline + datetime.timedelta(hours=1):%Y-%m-%d %H:%M:%S} UTC, "
         f"after the deadline {deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline; late work is "
-        "refused without --allow-late (the copy collected then is kept)"))]
+        "refused without --allow-late (what was collected then is kept)"))]
     assert notebook.read_bytes() == b'{"before the deadline": 1}'
     collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=later, allow_late=True)
     assert notebook.read_bytes() == b'{"after the deadline": 1}'
     assert collected.late == {"alice": datetime.timedelta(hours=1)}
     assert (notebook.parent / "timestamp.txt").read_text() == \
         f"{deadline + datetime.timedelta(hours=1):%Y-%m-%d %H:%M:%S.%f} UTC"
+
+
+def test_the_first_collection_after_the_deadline_is_final_for_every_later_one_whatever_its_options(
+        tmp_path, accounts, monkeypatch):
+    """Round 8: a later collect without --deadline (the guide's loop line) or with a later one kept the first
+    deadline's copy no more; a student whose listing was flooded at the deadline had nothing collected then,
+    and changed the notebook afterwards."""
+    from autograder.intake import exchange as exchange_module
+    from autograder.intake.exchange import collect, final_path
+
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
+    alice = _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1], b'{"a": 1}')
+    bob = _inbound_folder(inbound, "bob", "2026-01-01 10:00:00.000000 UTC", accounts["bob"][1], b'{"b": 1}')
+    for minute in range(3):  # Bob floods his own listing past the cap before the deadline
+        _inbound_folder(inbound, "bob", f"2026-01-01 09:0{minute}:00.000000 UTC", accounts["bob"][1])
+    monkeypatch.setattr(exchange_module, "MAX_ROSTER_SUBMISSIONS", 2)
+    # The files' change times are real (now): the deadline lies a day ahead, and each collection plays its time.
+    deadline = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0) + datetime.timedelta(days=1)
+    at_deadline = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                          now=deadline + datetime.timedelta(minutes=1))
+    assert at_deadline.accepted == {"alice": alice.name} and not (out / "bob").exists()
+    record = final_path(out, ASSIGNMENT)
+    assert record.is_file()
+    for path in bob.parent.glob("bob+*+2026-01-01 09:*"):
+        shutil.rmtree(path)  # the flood removed, the notebooks changed after the deadline (as through a mapping)
+    (alice / f"{ASSIGNMENT}.ipynb").write_bytes(b'{"a": 2}')
+    (bob / f"{ASSIGNMENT}.ipynb").write_bytes(b'{"b": 2}')
+    later = deadline + datetime.timedelta(hours=2)
+    for options in ({}, {"deadline": deadline}):  # the guide's loop line, and the same deadline
+        collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, now=later, **options)
+        reasons = dict(collected.refused)
+        assert not collected.accepted, collected
+        collected_at = f"{deadline + datetime.timedelta(minutes=1):%Y-%m-%d %H:%M:%S} UTC"
+        assert reasons[alice.name].startswith(f"it differs from the copy collected at {collected_at}")
+        assert reasons[bob.name].startswith(f"nothing of this student's was collected at {collected_at}")
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"a": 1}'
+    other = deadline + datetime.timedelta(hours=1)
+    with pytest.raises(ValueError, match=rf"--deadline {other:%Y-%m-%d %H:%M:%S} UTC differs from 04_relative's "
+                                         rf"deadline {deadline:%Y-%m-%d %H:%M:%S} UTC.*remove .*04_relative.json"):
+        collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=other, now=later)
+    late = collect(exchange, COURSE, ASSIGNMENT, roster, out, now=later, allow_late=True)
+    assert late.accepted == {"alice": alice.name, "bob": bob.name}
+    assert late.late["bob"] >= datetime.timedelta(minutes=1)
+    assert (out / "bob" / ASSIGNMENT / "timestamp.txt").read_text() != "2026-01-01 10:00:00.000000 UTC"
+
+
+def test_late_work_records_the_time_of_its_last_change_however_little_late(tmp_path, accounts):
+    """Round 8: within the minute nbgrader's submit may take, the name's timestamp was kept, late or not."""
+    from autograder.intake.exchange import Inbound, recorded_timestamp
+
+    named = datetime.datetime(2026, 1, 2, 11, 59, 50)
+    record = Inbound("x", "alice", named, f"{named:%Y-%m-%d %H:%M:%S.%f} UTC")
+    deadline, changed = datetime.datetime(2026, 1, 2, 12, 0, 0), datetime.datetime(2026, 1, 2, 12, 0, 30)
+    assert recorded_timestamp(record, changed) == record.timestamp_text  # no deadline: the minute's leeway
+    assert recorded_timestamp(record, changed, deadline) == "2026-01-02 12:00:30.000000 UTC"
+    assert recorded_timestamp(record, named + datetime.timedelta(seconds=5), deadline) == record.timestamp_text
 
 
 def test_a_flood_of_names_in_inbound_pushes_no_student_out(tmp_path, accounts):

@@ -22,7 +22,11 @@ folder where it runs, next to the answer key (``source/``). This module replaces
 - its timestamp (the folder's name, which ``timestamp.txt`` must repeat) is refused when it lies in the
   future, and so is a submission later than ``deadline`` (its timestamp, or the status change time of its
   folder or of a file read from it, which the kernel sets at each change and nobody can set to a chosen time,
-  whichever is latest) unless the instructor allows late work;
+  whichever is latest) unless the instructor allows late work. The first collection after the deadline is
+  recorded (:func:`write_final`, ``DIR/.autograder-final/<assignment>.json``: the deadline and the digest of
+  each rostered student's notebook it left, or none): every later collection into DIR keeps that deadline,
+  with or without ``--deadline`` (another one is refused), and takes a notebook that differs from the record,
+  or any notebook of a student of whom nothing was collected then, as late, whatever its times say;
 - the folders from the exchange's root to the course's ``inbound/`` are opened one by one, never through a
   link, and refused (nothing is collected, and the command says why) when one of them is owned by an account
   other than the instructor's (who runs ``collect``) or root, or when the root or the course's folder is
@@ -42,6 +46,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import hashlib
+import json
 import os
 import pwd
 import re
@@ -202,11 +208,14 @@ class _Files:
 SUBMIT_SECONDS = 60  # nbgrader's submit writes the folder within this of the timestamp it names it by
 
 
-def recorded_timestamp(record: Inbound, received: datetime.datetime) -> str:
+def recorded_timestamp(record: Inbound, received: datetime.datetime,
+                       deadline: datetime.datetime | None = None) -> str:
     """The ``timestamp.txt`` a collected submission gets: its name's timestamp, unless what was read changed
-    more than :data:`SUBMIT_SECONDS` after it (an old name on new work): then the time of that change, in
-    nbgrader's format, so that nbgrader's lateness reads the real time."""
-    if received - record.timestamp <= datetime.timedelta(seconds=SUBMIT_SECONDS):
+    more than :data:`SUBMIT_SECONDS` after it (an old name on new work), or after ``deadline`` (late work, by
+    however little): then the time of that change, in nbgrader's format, so that nbgrader's lateness reads the
+    real time."""
+    late = deadline is not None and received > deadline
+    if not late and received - record.timestamp <= datetime.timedelta(seconds=SUBMIT_SECONDS):
         return record.timestamp_text
     return f"{received:%Y-%m-%d %H:%M:%S.%f} UTC"
 
@@ -251,7 +260,8 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
         _check_timestamp(record, _utc(max(changes)), now, deadline, allow_late,
                          "its folder or a file read from it last changed")
         received = max(record.timestamp, _utc(max(changes)), _utc(status.st_ctime))
-        return _Files(chosen, notebook, recorded_timestamp(record, received).encode("ascii"), secret, received)
+        return _Files(chosen, notebook, recorded_timestamp(record, received, deadline).encode("ascii"), secret,
+                      received)
 
 
 def _student_and_assignment(name: str) -> str:
@@ -414,6 +424,14 @@ def collect(
     check_destination(out)
     uids = {student: _account_uid(account) for student, account in roster.items()}
     now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    final = read_final(out, assignment)
+    if final is not None:
+        if deadline is not None and deadline != final.deadline:
+            raise ValueError(
+                f"--deadline {deadline:%Y-%m-%d %H:%M:%S} UTC differs from {assignment}'s deadline "
+                f"{final.deadline:%Y-%m-%d %H:%M:%S} UTC, which the collection at {final.collected_at:%Y-%m-%d %H:%M:%S} "
+                f"UTC made final; to collect against another deadline, remove {final_path(out, assignment)}")
+        deadline = final.deadline  # a later collection keeps it, whatever its options
     inbound = open_inbound(exchange, course_id)
     collected = Collected()
     written = 0
@@ -430,19 +448,21 @@ def collect(
             except (ValueError, Refused) as error:
                 collected.refused.append((record.name, str(error)))
                 continue
-            if deadline is not None and now > deadline:
-                final = _final_copy_time(out / record.student / assignment, files, deadline)
-                if final is not None:  # changed since a collection after the deadline: late, whatever its times say
-                    reason = (f"it differs from the copy collected at {final:%Y-%m-%d %H:%M:%S} UTC, after the "
-                              f"deadline {deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline")
-                    if not allow_late:
-                        reason += "; late work is refused without --allow-late (the copy collected then is kept)"
-                        collected.refused.append((record.name, reason))
-                        continue
-                    received = max(files.received, final)
-                    files = dataclasses.replace(
-                        files, received=received,
-                        timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
+            if final is not None and _digest(files.notebook) != final.notebooks.get(record.student):
+                # Not what the first collection after the deadline took: changed since, whatever its times say.
+                collected_at = f"{final.collected_at:%Y-%m-%d %H:%M:%S} UTC"
+                if final.notebooks.get(record.student) is None:
+                    reason = f"nothing of this student's was collected at {collected_at}, after the deadline"
+                else:
+                    reason = f"it differs from the copy collected at {collected_at}, after the deadline"
+                reason += f" {final.deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline"
+                if not allow_late:
+                    reason += "; late work is refused without --allow-late (what was collected then is kept)"
+                    collected.refused.append((record.name, reason))
+                    continue
+                received = max(files.received, final.collected_at)
+                files = dataclasses.replace(
+                    files, received=received, timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
             size = len(files.notebook)
             if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
                 collected.refused.append((record.name, f"its {size} bytes exceed the class's cap or the free space"))
@@ -452,34 +472,68 @@ def collect(
             collected.accepted[record.student] = record.name
             if deadline is not None and files.received > deadline:
                 collected.late[record.student] = files.received - deadline
+    if final is None and deadline is not None and now > deadline:
+        write_final(out, assignment, Final(deadline, now, {
+            student: _digest(copy) if (copy := _collected_notebook(out / student / assignment)) is not None else None
+            for student in roster}))
     return collected
 
 
-def _final_copy_time(destination: Path, files: _Files, deadline: datetime.datetime) -> datetime.datetime | None:
-    """When the copy at ``destination`` was collected after ``deadline`` and holds another notebook than
-    ``files``: the time it was collected (its ``timestamp.txt``'s modification time, which :func:`_write` sets and
-    only the instructor's account can change). Otherwise None.
+FINAL_FOLDER = ".autograder-final"  # in the destination: one record per assignment, written by the grader only
 
-    A collection after the deadline is final for on-time work: what a student's folder holds then was
-    there at the deadline or came later. A file can change without its change time moving (a store through a
-    shared memory mapping leaves ``st_ctime`` as it was), so only this comparison, with a copy the grader made,
-    tells that it changed since."""
-    try:
-        collected_at = _utc(os.lstat(destination / "timestamp.txt").st_mtime)
-    except OSError:
+
+@dataclass(frozen=True)
+class Final:
+    """The first collection of an assignment after its deadline: the deadline, when it ran, and the SHA-256 of
+    each rostered student's notebook it left in the destination (None: nothing of that student's)."""
+
+    deadline: datetime.datetime
+    collected_at: datetime.datetime
+    notebooks: dict[str, str | None]
+
+
+def final_path(out: Path, assignment: str) -> Path:
+    return Path(out) / FINAL_FOLDER / f"{assignment}.json"
+
+
+def read_final(out: Path, assignment: str) -> Final | None:
+    """The final record of ``assignment`` in ``out``, or None when no collection after its deadline ran there."""
+    path = final_path(out, assignment)
+    if not path.is_file():
         return None
-    if collected_at <= deadline:
-        return None
-    try:
-        same = (destination / files.notebook_name).read_bytes() == files.notebook
-    except OSError:
-        same = False
-    return None if same else collected_at
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return Final(datetime.datetime.fromisoformat(data["deadline"]), datetime.datetime.fromisoformat(data["collected_at"]),
+                 dict(data["notebooks"]))
+
+
+def write_final(out: Path, assignment: str, final: Final) -> None:
+    """Record the first collection after the deadline. From then on, what it holds is final for on-time work:
+    what a student's folder held then was there at the deadline or came later, and a file can change without
+    its times moving (a store through a shared memory mapping leaves ``st_ctime`` as it was), so only this
+    record, which the grader wrote, tells that a submission changed since. A student of whom nothing was
+    collected then (no submission, or one refused, a flooded listing included) has nothing on time."""
+    path = final_path(out, assignment)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"deadline": final.deadline.isoformat(), "collected_at": final.collected_at.isoformat(),
+              "notebooks": final.notebooks}
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+    staging.rename(path)
+
+
+def _digest(notebook: bytes) -> str:
+    return hashlib.sha256(notebook).hexdigest()
+
+
+def _collected_notebook(destination: Path) -> bytes | None:
+    """The notebook a collection left at ``destination`` (the folder's only ``.ipynb``), or None."""
+    notebooks = sorted(destination.glob("*.ipynb")) if destination.is_dir() else []
+    return notebooks[0].read_bytes() if len(notebooks) == 1 else None
 
 
 def _write(destination: Path, files: _Files, now: datetime.datetime) -> None:
     """Write the notebook and nbgrader's two text files into a new folder, then put it at ``destination``;
-    ``timestamp.txt``'s modification time is ``now``, the time of the collection (:func:`_final_copy_time`)."""
+    ``timestamp.txt``'s modification time is ``now``, the time of the collection."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
     (staging / files.notebook_name).write_bytes(files.notebook)
