@@ -21,6 +21,7 @@ release_assignment``); ``python -m autograder collect`` (:mod:`autograder.intake
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -100,12 +101,15 @@ def configured_db_url(out: Path) -> str:
     return str(db_url)
 
 
-def copy_exchange_files(submission_folder: Path | None, destinations: Iterable[Path]) -> list[str]:
+def copy_exchange_files(submission_folder: Path | None, destinations: Iterable[Path],
+                        collected_timestamp: str | None = None) -> list[str]:
     """Copy ``timestamp.txt`` and ``submission_secret.txt`` from a collected submission's folder into each of
     ``destinations``; returns notes about files that were refused.
 
     They are the student's files: only a regular file (no link) of at most
-    :data:`MAX_EXCHANGE_FILE_BYTES` bytes of printable ASCII is copied.
+    :data:`MAX_EXCHANGE_FILE_BYTES` bytes of printable ASCII is copied, and ``timestamp.txt`` (the time the
+    gradebook records, which lateness reads) only when its SHA-256 is ``collected_timestamp``, the digest of the
+    one ``python -m autograder collect`` wrote (:func:`autograder.intake.exchange.collected_timestamps`).
     """
     notes = []
     if submission_folder is None:
@@ -117,6 +121,10 @@ def copy_exchange_files(submission_folder: Path | None, destinations: Iterable[P
         content = _small_text_file(path)
         if content is None:
             notes.append(f"{name} next to the notebook was not used: not a short text file")
+            continue
+        if name == "timestamp.txt" and hashlib.sha256(content).hexdigest() != collected_timestamp:
+            notes.append("timestamp.txt next to the notebook was not used: python -m autograder collect did not "
+                         "write it, so it says nothing of when the work was submitted (no time is recorded)")
             continue
         for destination in destinations:
             destination.mkdir(parents=True, exist_ok=True)

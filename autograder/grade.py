@@ -79,6 +79,7 @@ from autograder.gradebook import (
     submitted_timestamp,
     with_hand_grades,
 )
+from autograder.intake.exchange import collected_timestamps
 from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
@@ -423,6 +424,9 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         with open_gradebook(f"sqlite:///{course.gradebook}") as template:
             copy_assignments(template, class_gradebook, assignments)
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
+        # The timestamps `collect` wrote into this class folder: the only ones recorded as submission times.
+        collected = {assignment: collected_timestamps(path, assignment) if path.is_dir() else {}
+                     for assignment in assignments}
         labels: Labels = {assignment: item_labels(notebook.cells) for assignment, notebook in released.items()}
         problem = bwrap_problem() if options.sandbox else "the sandbox was turned off (--no-sandbox)"
         cgroup_problem = cgroups.problem()
@@ -489,7 +493,8 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                     withhold_answers=options.withhold_answers,
                     kernel_view=str(kernel_view),
                 )
-                notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent))
+                notes = copy_exchange_files(submission.folder, (task.feedback.parent, task.autograded.parent),
+                                            collected[submission.assignment].get(submission.student))
                 task = dataclasses.replace(task, notes=(*task.notes, *notes))
                 key = _record_key(submission.path, version, graded_with)
                 kept_files = {"feedback.html": task.feedback, "log.txt": task.log, "autograded.ipynb": task.autograded}

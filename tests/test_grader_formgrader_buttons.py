@@ -26,6 +26,8 @@ import pytest
 from planted import run_module, sandbox_missing, write_full_and_mistakes
 from test_grader_formgrader import CHROMIUM, CHROMIUM_ARGS, IN_CI, Formgrader
 
+from autograder.intake.exchange import record_collected
+
 pytestmark = pytest.mark.slow
 
 ASSIGNMENT = "04_relative"
@@ -48,10 +50,11 @@ def course(tmp_path_factory) -> Path:
     completed = run_module("autograder", "course", "--out", str(course), timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     write_full_and_mistakes(course / "submitted", ASSIGNMENT, STUDENTS)
-    for student in STUDENTS:
+    for student in STUDENTS:  # as `python -m autograder collect` writes them, its record of the timestamps too
         folder = course / "submitted" / student / ASSIGNMENT
         (folder / "timestamp.txt").write_text(TIMESTAMP)
         (folder / "submission_secret.txt").write_text(SECRET)
+        record_collected(course / "submitted", ASSIGNMENT, student, TIMESTAMP.encode())
     completed = run_module(
         "autograder", "grade", str(course / "submitted"), "--out", str(course), "--jobs", "2", timeout=600
     )

@@ -89,6 +89,29 @@ def test_an_exchange_file_with_a_second_name_is_not_used(tmp_path):
     assert submission.notes == (f"timestamp.txt next to the notebook was not used: it has 2 hard links; {HARD_LINK}",)
 
 
+def test_only_a_timestamp_that_collect_wrote_is_used_as_the_submission_time(tmp_path):
+    """A student's own timestamp.txt (in a class folder or a zip) says nothing of when the work was handed in."""
+    from autograder.course_directory import copy_exchange_files
+    from autograder.intake.exchange import collected_timestamps, record_collected
+
+    written = b"2026-11-27 08:40:00.123456 UTC"
+    folders = {}
+    for student, text in (("ada", written), ("bob", b"2099-12-31 23:59:59 UTC")):
+        folders[student] = tmp_path / "class" / student / "02_sinusoidal"
+        _put(folders[student] / "timestamp.txt", text)
+    record_collected(tmp_path / "class", "02_sinusoidal", "ada", written)
+    record_collected(tmp_path / "class", "02_sinusoidal", "bob", written)  # collect wrote another time for bob
+    digests = collected_timestamps(tmp_path / "class", "02_sinusoidal")
+    assert set(digests) == {"ada", "bob"} and collected_timestamps(tmp_path / "elsewhere", "02_sinusoidal") == {}
+    for student, used in (("ada", True), ("bob", False)):
+        destination = tmp_path / "out" / student
+        notes = copy_exchange_files(folders[student], [destination], digests.get(student))
+        assert (destination / "timestamp.txt").exists() == used, student
+        assert bool(notes) != used and all("collect did not write it" in note for note in notes), notes
+    assert copy_exchange_files(folders["ada"], [tmp_path / "zip"], None)  # no record at all: not used either
+    assert not (tmp_path / "zip" / "timestamp.txt").exists()
+
+
 # ------------------------------------------------------------------------------------------------ mount points
 
 

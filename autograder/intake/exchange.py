@@ -468,6 +468,7 @@ def collect(
                 collected.refused.append((record.name, f"its {size} bytes exceed the class's cap or the free space"))
                 continue
             _write(out / record.student / assignment, files, now)
+            record_collected(out, assignment, record.student, files.timestamp)
             written += size
             collected.accepted[record.student] = record.name
             if deadline is not None and files.received > deadline:
@@ -519,6 +520,34 @@ def write_final(out: Path, assignment: str, final: Final) -> None:
     staging = path.with_suffix(".tmp")
     staging.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
     staging.rename(path)
+
+
+COLLECTED_FOLDER = ".autograder-collected"  # in the destination: the timestamps this command wrote
+
+
+def record_collected(out: Path, assignment: str, student: str, timestamp: bytes) -> None:
+    """Note the digest of the ``timestamp.txt`` written for ``student``: ``grade`` records a submission time only
+    from a file that this command wrote (:func:`collected_timestamps`); a student's own says nothing of when."""
+    path = Path(out) / COLLECTED_FOLDER / f"{assignment}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digests = collected_timestamps(out, assignment)
+    digests[student] = _digest(timestamp)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(digests, indent=1, sort_keys=True), encoding="utf-8")
+    staging.rename(path)
+
+
+def collected_timestamps(class_folder: Path, assignment: str) -> dict[str, str]:
+    """``student -> SHA-256 of the timestamp.txt`` that ``collect`` wrote into ``class_folder`` for
+    ``assignment``; empty where it wrote none (a class folder from elsewhere, a zip)."""
+    path = Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.json"
+    if path.is_symlink() or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(student): str(digest) for student, digest in data.items()} if isinstance(data, dict) else {}
 
 
 def _digest(notebook: bytes) -> str:
