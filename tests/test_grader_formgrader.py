@@ -484,6 +484,14 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
                 assert route == "sessions" or (started.status == 403 and "starts no kernel" in started.text())
             kernels = context.request.get(f"{base}/api/kernels", headers={"Authorization": f"token {token}"})
             assert kernels.ok and kernels.json() == []
+            # nbgrader's Validate (a kernel of its own, as the server's user), its lists, and nbconvert's export.
+            export = f"nbconvert/html/autograded/full/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+            for method, route in (("post", "assignments/validate"), ("get", "assignments"), ("get", "courses"),
+                                  ("get", "formgraders"), ("get", export)):
+                refused = getattr(context.request, method)(
+                    f"{base}/{route}", headers={"Authorization": f"token {token}"},
+                    **({"form": {"path": f"autograded/full/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"}} if method == "post" else {}))
+                assert refused.status == 403 and "Not served by the formgrader" in refused.text(), (route, refused.status)
             assert context.request.get(f"{base}/api/status", headers={"Authorization": f"token {token}"}).ok
             context.close()
         # nbgrader's grading page loads MathJax from a CDN, which this test (like an offline machine) refuses.

@@ -38,7 +38,9 @@ def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_
     assert "--ServerApp.terminals_enabled=False" in command
     assert "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels" in command
     extensions = ("{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
-                  "'autograder.formgrader.views': True}")
+                  "'autograder.formgrader.views': True, 'nbgrader.server_extensions.validate_assignment': False, "
+                  "'nbgrader.server_extensions.assignment_list': False, 'nbgrader.server_extensions.course_list': "
+                  "False}")
     assert f"--ServerApp.jpserver_extensions={extensions}" in command
 
 

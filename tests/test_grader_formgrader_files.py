@@ -146,7 +146,10 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
 
             for route in _routes(submission):
                 address = f"{base}/{route}"
-                if not route.startswith("view/"):  # /view/ is the server's own page; its frame is /files/
+                if route.startswith("nbconvert/"):  # an export would render in the server: refused outright
+                    response = context.request.get(address, headers={"Authorization": f"token {token}"})
+                    assert response.status == 403 and "Not served by the formgrader" in response.text(), route
+                elif not route.startswith("view/"):  # /view/ is the server's own page; its frame is /files/
                     response = context.request.get(address, headers={"Authorization": f"token {token}"})
                     headers = response.headers
                     assert response.status == 200, (route, response.status)

@@ -42,6 +42,16 @@ ROUTES = {  # nbgrader's route (apihandlers.default_handlers) -> the action refu
     r"/formgrader/api/assignment/([^/]+)/assign": "generate_assignment",
 }
 REFUSED_API_CALLS = frozenset(ROUTES.values())  # the methods of nbgrader's NbGraderAPI behind those routes
+# Routes of the server that would run or render a notebook in the server's own process, as its user, outside
+# the grader's sandbox and the view's limits: nbgrader's student-side extensions (the notebook toolbar's
+# Validate runs the notebook in a kernel of its own; the assignment and course lists read the exchange), and
+# nbconvert's export of any file of the served folder (JupyterLab's "Export Notebook As"). Every method.
+OFF_ROUTES = {
+    r"/assignments(?:/.*)?": "nbgrader's Validate and assignment list run or fetch notebooks as the server's user",
+    r"/courses": "nbgrader's course list is the students' tool",
+    r"/formgraders": "nbgrader's course list is the students' tool",
+    r"/nbconvert/.*": "an export renders a notebook in the server, without the limits of the formgrader's views",
+}
 
 
 def refusal(action: str, course: str, assignment: str) -> str:
@@ -103,6 +113,21 @@ class RefusedHandler(JupyterHandler):
         self.finish(json.dumps({"success": False, "error": message, "log": ""}))
 
 
+class OffHandler(JupyterHandler):
+    """A route of the server that the formgrader does not serve: ``403`` with the reason, for every method."""
+
+    def initialize(self, why: str) -> None:
+        self.why = why
+
+    def _refuse(self, *arguments: str) -> None:
+        self.log.warning("autograder: refused %s %s", self.request.method, self.request.path[:200])
+        self.set_status(403)
+        self.set_header("Content-Type", "text/plain; charset=UTF-8")
+        self.finish(f"Not served by the formgrader: {self.why}. Grade with python -m autograder grade ({GUIDE}).")
+
+    get = post = put = patch = delete = _refuse
+
+
 def _load_jupyter_server_extension(serverapp) -> None:
     """Jupyter server's entry point: the refusals' routes go first among the server's routes, before those that
     nbgrader's formgrader adds (tornado takes the first route that matches)."""
@@ -111,6 +136,7 @@ def _load_jupyter_server_extension(serverapp) -> None:
         (url_path_join(serverapp.base_url, route), RefusedHandler, {"action": action})
         for route, action in ROUTES.items()
     ]
+    handlers += [(url_path_join(serverapp.base_url, route), OffHandler, {"why": why}) for route, why in OFF_ROUTES.items()]
     web_app.add_handlers(".*$", handlers)
     rules = web_app.default_router.rules
     rules.insert(0, rules.pop(-2))  # add_handlers put it before the last rule

@@ -52,6 +52,12 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the server imports i
 # The server extensions of this package: the policy on every response, the refusal of the formgrader's calls
 # that would bypass the course's grader, and the submission views rendered under the grading stage's limits.
 SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusals", "autograder.formgrader.views")
+# nbgrader's student-side server extensions, which its package enables for every server: off in the formgrader
+# (their Validate runs a notebook in a kernel of its own, as the server's user; autograder.formgrader.refusals
+# also refuses their routes).
+STUDENT_SIDE_EXTENSIONS = ("nbgrader.server_extensions.validate_assignment",
+                           "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
+SERVER_EXTENSION_STATES = {**dict.fromkeys(SERVER_EXTENSIONS, True), **dict.fromkeys(STUDENT_SIDE_EXTENSIONS, False)}
 
 
 def free_port(ip: str) -> int:
@@ -74,7 +80,7 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
         "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels",
-        f"--ServerApp.jpserver_extensions={dict.fromkeys(SERVER_EXTENSIONS, True)!r}",
+        f"--ServerApp.jpserver_extensions={SERVER_EXTENSION_STATES!r}",
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root
         command.append("--allow-root")
