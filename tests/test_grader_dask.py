@@ -190,8 +190,37 @@ def test_a_tcp_scheduler_missing_or_open_credentials_are_refused_before_anything
         cluster_security(credentials)
     os.chmod(credentials / "node.key", 0o600)
     os.chmod(credentials, 0o777)
-    with pytest.raises(ValueError, match=r"must not be writable by other accounts"):
+    with pytest.raises(ValueError, match=r"must be this account's, not a link, and not writable by other accounts"):
         cluster_security(credentials)
+    os.chmod(credentials, 0o700)
+    other = 1 if os.getuid() != 1 else 2
+    if os.geteuid() == 0:  # an authority another account could have swapped in
+        os.chown(credentials / "ca.pem", other, -1)
+        with pytest.raises(ValueError, match=rf"ca.pem must be this account's.*owned by uid {other}"):
+            cluster_security(credentials)
+    (tmp_path / "premade").mkdir()  # a folder made before (by whoever): never used
+    with pytest.raises(ValueError, match=r"--out must be a new folder .*which exists"):
+        make_credentials(tmp_path / "premade")
+
+
+def test_no_end_of_the_cluster_serves_anything_over_http(cluster):
+    """The scheduler's and the workers' HTTP servers (beside the dashboards that are off) answer no route."""
+    import urllib.error
+    import urllib.request
+
+    from distributed import Client
+
+    with Client(cluster.address, timeout=10, set_as_default=False,
+                security=cluster_security(cluster.credentials)) as client:
+        info = client.scheduler_info()
+    ports = [info["services"].get("dashboard")] + [worker["services"].get("dashboard")
+                                                   for worker in info["workers"].values()]
+    assert len(ports) == 3 and all(ports), info["services"]
+    for port in ports:
+        for route in ("json/identity.json", "metrics", "health", "info/main/workers.html"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/{route}", timeout=10)
+            assert refused.value.code == 404, (port, route)
 
 
 def test_only_an_end_with_the_instructors_certificate_joins_the_cluster(cluster, tmp_path):
@@ -214,6 +243,12 @@ def test_the_guide_starts_the_cluster_with_the_options_the_tests_start_it_with(t
     block = guide.split("(guide-instructors-dask)=", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     lines = [line.split("#", 1)[0].split() for line in block.strip().splitlines()]
     credentials, scheduler, worker, grading = lines
+    from planted.cluster import NO_HTTP_ROUTES
+
+    for line, role in ((scheduler, "SCHEDULER"), (worker, "WORKER")):
+        variable = f"DASK_DISTRIBUTED__{role}__HTTP__ROUTES"
+        assert line.pop(0) == f"{variable}='[]'" and NO_HTTP_ROUTES[variable] == "[]"
+        assert line[line.index("--dashboard-address") + 1] == "127.0.0.1:0"
     assert credentials[:4] == ["python", "-m", "autograder", "cluster-credentials"]
     folder = credentials[credentials.index("--out") + 1].rstrip("/")
     tls = ["--tls-ca-file", f"{folder}/ca.pem", "--tls-cert", f"{folder}/node.pem", "--tls-key", f"{folder}/node.key"]

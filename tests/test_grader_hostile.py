@@ -187,6 +187,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "aio_contexts"), "AIO") == [[-1, "EPERM"]]
     # The machine's page cache of shared files: no advice that drops or fills it (not implemented, to the kernel).
     assert _printed(_page(batch, "page_cache_advice"), "ADVICE") == [["ENOSYS", "ENOSYS"]]
+    # Pseudo-terminals, one count for every devpts instance but the machine's: the kernel has none to open.
+    assert _printed(_page(batch, "pseudo_terminals"), "PTYS") == [[0, "ENOENT"]]
     # Namespaces, counted against the grader's account up to the machine's: the kernel makes none.
     assert _printed(_page(batch, "nested_namespaces"), "NAMESPACES") == [["EPERM", "EPERM", "EPERM"]]
     # Descriptors in flight, counted per real user (one kernel could stop every other's passing): none sent.

@@ -14,8 +14,9 @@ refuses an end that does not (distributed's TLS: ``ssl.CERT_REQUIRED`` both ways
 - ``DIR/node.pem`` and ``DIR/node.key``: the certificate and key that every end shows;
 - ``DIR/ca.key``: the authority's key, needed only to sign more certificates: keep it off the cluster.
 
-``DIR`` is made readable by its owner only (0700, the keys 0600), and :func:`cluster_security` refuses a key
-that another account can read or a folder that another account can write. Copy ``DIR`` (without ``ca.key``) to
+``DIR`` must not exist: it is made by this command, readable by its owner only (0700, the keys 0600), and
+:func:`cluster_security` refuses a folder or a file that another account owns or can write, or a key that
+another account can read. Copy ``DIR`` (without ``ca.key``) to
 each machine of the cluster with the same modes.
 """
 
@@ -40,13 +41,13 @@ def make_credentials(folder: Path) -> list[Path]:
         ValueError: ``folder`` exists and is not empty, or ``openssl`` is not installed or failed.
     """
     folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise ValueError(f"--out must be a new or empty folder (the credentials of one cluster), got {folder}")
+    if folder.exists() or folder.is_symlink():  # one another account made could be swapped or read
+        raise ValueError(f"--out must be a new folder (the credentials of one cluster), got {folder}, which exists")
     openssl = shutil.which("openssl")
     if openssl is None:
         raise ValueError("openssl is not installed (Debian: apt-get install openssl); it makes the credentials")
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    os.mkdir(folder, 0o700)  # made here, by this account, readable by it alone: never an existing folder
     key_options = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     request = folder / "node.csr"
     steps = [
@@ -71,7 +72,7 @@ def make_credentials(folder: Path) -> list[Path]:
 
 
 def _private(path: Path, what: str) -> None:
-    info = path.stat()
+    info = path.lstat()
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or info.st_uid != os.getuid():
         raise ValueError(f"{what} {path} must be this account's and readable by it alone (chmod 600), "
                          f"got mode {stat.filemode(info.st_mode)} owned by uid {info.st_uid}")
@@ -90,10 +91,11 @@ def cluster_security(folder: Path):
         if not (folder / name).is_file():
             raise ValueError(f"--cluster-credentials {folder} holds no {name} "
                              "(python -m autograder cluster-credentials --out DIR makes them)")
-    info = folder.stat()
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ValueError(f"--cluster-credentials {folder} must not be writable by other accounts, "
-                         f"got mode {stat.filemode(info.st_mode)}")
+    for path in (folder, folder / CA, folder / CERTIFICATE):
+        info = path.lstat()
+        if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or stat.S_ISLNK(info.st_mode):
+            raise ValueError(f"--cluster-credentials: {path} must be this account's, not a link, and not writable by "
+                             f"other accounts, got mode {stat.filemode(info.st_mode)} owned by uid {info.st_uid}")
     _private(folder / KEY, "the key")
     return Security(tls_ca_file=str(folder / CA), tls_client_cert=str(folder / CERTIFICATE),
                     tls_client_key=str(folder / KEY), require_encryption=True)

@@ -24,7 +24,8 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
              --ro-bind /usr /usr (and /bin, /lib... as on the machine) --ro-bind-try /etc/<a few files>
              --ro-bind <the Python installation and its virtual environment; its editable installs covered>
              --ro-bind <the kernel's view of the course> /course
-             --proc /proc --dev /dev --size N --tmpfs /tmp --size N --tmpfs /dev/shm
+             --proc /proc --dev /dev --size 4096 --tmpfs /dev/pts (no pseudo-terminal)
+             --size N --tmpfs /tmp --size N --tmpfs /dev/shm
              --bind <runtime folder> --remount-ro /  --chdir /tmp  python -m ipykernel_launcher -f CONNECTION_FILE
 
 The kernel's file system is built from nothing, by allowlist: no ``/home``, ``/root``, ``/run``, ``/var``,
@@ -147,6 +148,11 @@ PROC_SYS_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys")
 # (Not --disable-userns: bwrap sets it through /proc/sys/user, which is read-only where the grader runs the kernel,
 # inside its stage. A user namespace the kernel makes maps no user, its /proc being read-only, and the namespaces
 # it can hold are bounded by its open files and processes.)
+# No pseudo-terminal: bwrap's --dev gives the sandbox a devpts instance of its own, and every devpts instance
+# but the machine's first draws on one count for the whole machine (kernel.pty.max less kernel.pty.reserve), which
+# a kernel opening /dev/ptmx in a loop would take from every other container and sandbox. An empty, read-only
+# folder over /dev/pts hides its ptmx (and /dev/ptmx, a link to it): opening it fails with ENOENT.
+NO_PTYS = ("--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts")
 BASE_OPTIONS = (
     *("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL"),
     *("--uid", str(NOBODY), "--gid", str(NOBODY)),
@@ -272,11 +278,11 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
         with open(empty_file, "w"):
             pass
         os.chmod(empty_file, 0o444)
-        argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(empty_file), "--dev", "/dev"]
+        argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(empty_file), "--dev", "/dev", *NO_PTYS]
         for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
             argv += ["--bind", os.path.join(settings.writable, name), path]
     else:
-        argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev"]
+        argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", *NO_PTYS]
         for path in ("/tmp", "/dev/shm"):
             argv += (["--size", tmp_size] if settings.limits.tmp_mb else []) + ["--tmpfs", path]
     argv += system_binds()

@@ -16,6 +16,8 @@ from pathlib import Path
 from planted import ROOT, command_environment
 
 DASK = str(Path(sys.executable).parent / "dask")
+# As the guide starts every end: the HTTP server that each starts beside its dashboard serves no route.
+NO_HTTP_ROUTES = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]", "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
 START_SECONDS = 60
 
 
@@ -30,12 +32,13 @@ class Cluster:
         self.credentials = folder / "credentials"
         subprocess.run([sys.executable, "-m", "autograder", "cluster-credentials", "--out", str(self.credentials)],
                        cwd=ROOT, env=command_environment(), check=True, capture_output=True)
-        environment = {**command_environment(), **(scheduler_environment or {})}
+        environment = {**command_environment(), **(scheduler_environment or {}), **NO_HTTP_ROUTES}
         # The scheduler unpickles the tasks: it imports their functions too (planted.cluster's among them).
         environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
         self.scheduler = self._start(
             [DASK, "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             *self.tls_options(), "--scheduler-file", str(scheduler_file)], environment, "scheduler",
+             "--dashboard-address", "127.0.0.1:0", *self.tls_options(), "--scheduler-file", str(scheduler_file)],
+            environment, "scheduler",
         )
         deadline = time.monotonic() + START_SECONDS
         while not scheduler_file.exists() and time.monotonic() < deadline:
@@ -57,11 +60,11 @@ class Cluster:
 
     def add_worker(self, *, code: Path = ROOT) -> subprocess.Popen:
         """A worker whose course is the one in ``code`` (a copy of the repository, for a worker out of date)."""
-        environment = command_environment()
+        environment = {**command_environment(), **NO_HTTP_ROUTES}
         environment["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "tests")])
         worker = self._start(
             [DASK, "worker", self.address, "--no-nanny", "--nthreads", "1", "--host", "127.0.0.1",
-             "--no-dashboard", *self.tls_options()], environment, "worker",
+             "--no-dashboard", "--dashboard-address", "127.0.0.1:0", *self.tls_options()], environment, "worker",
         )
         self.workers.append(worker)
         self.wait_for_workers(sum(process.poll() is None for process in self.workers))

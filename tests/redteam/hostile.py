@@ -232,6 +232,17 @@ KERNEL_ATTACKS: dict[str, str] = {
                 refused.append(errno.errorcode.get(error.errno))
         print("ADVICE:", refused)
         """,
+    "pseudo_terminals": """
+        import errno, os
+        opened = []
+        try:
+            while len(opened) < 5000:  # the machine's devpts instances share one count (kernel.pty.max)
+                opened.extend(os.openpty())
+            refusal = None
+        except OSError as error:
+            refusal = errno.errorcode.get(error.errno)
+        print("PTYS:", [len(opened) // 2, refusal])
+        """,
     "aio_contexts": """
         import ctypes, errno, os
         libc = ctypes.CDLL(None, use_errno=True)
