@@ -133,11 +133,16 @@ def test_a_notebook_of_another_format_than_nbformat_4_is_not_graded_and_says_why
     assert prepared.notebook is None
     assert prepared.reason == ("the notebook's format is nbformat 3; only nbformat 4 is graded (the format of the "
                                "released notebook, which JupyterLab writes)")
-    for version in ("4", 4.0, None, 10**9):
+    for version in (5, 10**9):
         path.write_text(json.dumps({**json.loads(RELEASED.read_text()), "nbformat": version}))
         prepared = prepare(path, released)
         assert prepared.notebook is None and "only nbformat 4 is graded" in prepared.reason, version
         assert str(10**9) not in prepared.reason
+    for version in ("4", 4.0, None):
+        path.write_text(json.dumps({**json.loads(RELEASED.read_text()), "nbformat": version}))
+        prepared = prepare(path, released)
+        assert prepared.notebook is None, version
+        assert prepared.reason == "the file is JSON but not a Jupyter notebook (no nbformat version number)"
 
 
 def test_changed_nbgrader_flags_and_cell_types_get_the_releases_back(tmp_path):

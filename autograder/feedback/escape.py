@@ -74,7 +74,7 @@ def csv_cell(value: object) -> str:
     surrogates, become visible escapes as in :func:`report_text` (``\\x1b``, ``\\r``, ``\\t``), so that
     ``cat items.csv`` runs no escape sequence and the file encodes as UTF-8. An ``int`` or ``float`` is a
     number the grader computed and is written as ``str`` gives it (``-1.0`` stays a number); :func:`csv_writer`
-    quotes every cell.
+    quotes commas, quotes and newlines.
     """
     if isinstance(value, int | float):
         return str(value)
@@ -86,9 +86,10 @@ def csv_cell(value: object) -> str:
 
 
 def csv_writer(handle):
-    """A ``csv.writer`` that quotes every cell: a spreadsheet that splits on a semicolon or a tab instead of a
-    comma keeps a quoted cell whole."""
-    return csv.writer(handle, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    """A ``csv.writer`` as nbgrader's export writes: a cell is quoted when it holds a comma, a quote or a line
+    break. A spreadsheet that splits on a semicolon or a tab instead sees no tab (:func:`csv_cell` shows them)
+    and no formula after a semicolon."""
+    return csv.writer(handle, lineterminator="\n")
 
 
 def csv_row(values: Iterable[object]) -> list[str]:

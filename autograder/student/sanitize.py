@@ -103,8 +103,10 @@ def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
     except json.JSONDecodeError as error:
         return None, f"the file is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})"
     version = parsed.get("nbformat") if isinstance(parsed, dict) else None
-    if type(version) is not int or version != 4:  # older formats hold their cells elsewhere (worksheets)
-        shown = version if type(version) is int and abs(version) < 1000 else "missing or not a number"
+    if type(version) is not int:
+        return None, "the file is JSON but not a Jupyter notebook (no nbformat version number)"
+    if version != 4:  # older formats hold their cells elsewhere (worksheets), past the count below
+        shown = version if abs(version) < 1000 else "out of range"
         return None, (f"the notebook's format is nbformat {shown}; only nbformat 4 is graded (the format of the "
                       "released notebook, which JupyterLab writes)")
     cells = parsed.get("cells")
