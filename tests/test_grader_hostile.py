@@ -189,6 +189,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "page_cache_advice"), "ADVICE") == [["ENOSYS", "ENOSYS"]]
     # Pseudo-terminals, one count for every devpts instance but the machine's: the kernel has none to open.
     assert _printed(_page(batch, "pseudo_terminals"), "PTYS") == [[0, "ENOENT"]]
+    # Byte-range locks, kernel memory that no limit counts: none (ENOLCK, as when the system has none left).
+    assert _printed(_page(batch, "byte_range_locks"), "LOCKS") == [[0, "ENOLCK"]]
     # Namespaces, counted against the grader's account up to the machine's: the kernel makes none.
     assert _printed(_page(batch, "nested_namespaces"), "NAMESPACES") == [["EPERM", "EPERM", "EPERM"]]
     # Descriptors in flight, counted per real user (one kernel could stop every other's passing): none sent.

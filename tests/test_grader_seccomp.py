@@ -38,6 +38,7 @@ AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 1, 2, 10, 16, 17
 SOL_SOCKET, IPPROTO_TCP = 1, 6
 SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE, SO_KEEPALIVE, SO_REUSEADDR = 7, 8, 32, 33, 9, 2
 F_GETFL, F_SETFL, F_SETPIPE_SZ, F_GETPIPE_SZ = 3, 4, 1031, 1032
+F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 5, 6, 7, 36, 37, 38  # asm-generic/fcntl.h
 # AUDIT_ARCH_* = EM_* | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE (linux/audit.h, linux/elf-em.h)
 AUDIT_ARCH = {"x86_64": 62 | 0x80000000 | 0x40000000, "aarch64": 183 | 0x80000000 | 0x40000000}
 HEADERS = {"x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
@@ -47,6 +48,7 @@ DENIED_CALLS = ("shmget", "shmat", "semget", "msgget", "memfd_create", "memfd_se
                 "io_setup")  # inotify_init: x86-64 only (arm64 has inotify_init1 alone)
 NAMESPACE_CALLS = ("unshare", "clone", "clone3")
 ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026  # SECCOMP_RET_ERRNO | errno (EPERM 1, ENOSYS 38)
+ENOLCK = 0x00050025  # errno 37
 # linux/sched.h
 CLONE_NEW = {"NEWNS": 0x00020000, "NEWCGROUP": 0x02000000, "NEWUTS": 0x04000000, "NEWIPC": 0x08000000,
              "NEWUSER": 0x10000000, "NEWPID": 0x20000000, "NEWNET": 0x40000000}
@@ -110,8 +112,10 @@ def test_the_program_allows_unix_sockets_only_and_no_larger_buffers(machine):
         assert run_filter(program, setsockopt, arch, (3, level, option, 0, 4)) == ALLOW, (level, option)
     fcntl = numbers["fcntl"]
     assert run_filter(program, fcntl, arch, (3, F_SETPIPE_SZ, 1 << 20)) == EPERM
-    for command in (F_GETFL, F_SETFL, F_GETPIPE_SZ):
+    for command in (F_GETFL, F_SETFL, F_GETPIPE_SZ, F_GETLK, F_OFD_GETLK):
         assert run_filter(program, fcntl, arch, (3, command, 0)) == ALLOW, command
+    for command in (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW):  # byte-range locks: kernel memory, uncounted
+        assert run_filter(program, fcntl, arch, (3, command, 0)) == ENOLCK, command
 
 
 @pytest.mark.parametrize("machine", sorted(KERNEL_NUMBERS))
@@ -260,6 +264,9 @@ seen["so_sndbuf"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.S
 seen["so_keepalive"] = refusal(lambda: first.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
 read_end, write_end = os.pipe()
 seen["f_setpipe_sz"] = refusal(lambda: fcntl.fcntl(write_end, 1031, 1 << 20))
+locked = os.open(os.path.join(sys.argv[2], "locked"), os.O_RDWR | os.O_CREAT)
+seen["byte_range_lock"] = refusal(lambda: fcntl.lockf(locked, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0))
+seen["flock"] = refusal(lambda: fcntl.flock(locked, fcntl.LOCK_EX))
 import array
 rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [read_end]).tobytes())]
 seen["scm_rights"] = refusal(lambda: first.sendmsg([b"x"], rights))  # a descriptor put in flight
@@ -291,6 +298,7 @@ def test_installed_the_filter_refuses_the_calls_and_the_kernels_imports_still_wo
                     "keyctl": refused, "msgget": refused, "io_setup": refused,
                     "socket_inet": refused, "socketpair_unix": "allowed", "so_sndbuf": refused,
                     "so_keepalive": "allowed", "f_setpipe_sz": refused, "scm_rights": refused, "send": "allowed",
+                    "byte_range_lock": "ENOLCK" if mode == "filtered" else "allowed", "flock": "allowed",
                     "zmq_ipc": "pong", "torch": 27.0, "pid": True}
 
 

@@ -22,6 +22,11 @@ escape both:
   from passing one. A descriptor can only be sent by ``sendmsg`` or ``sendmmsg`` (ZeroMQ and Python's sockets
   send with ``sendto``): both refused, so a kernel has no descriptor in flight.
 
+Byte-range locks (``fcntl(F_SETLK)`` and its kin) are kernel memory too, one record per range locked, which
+neither the address space nor a control group counts: refused with ``ENOLCK``, as when the system has none left
+(SQLite on a file then reports its database locked; IPython keeps its history in memory; ``flock``, one lock per
+open file, still works).
+
 And some objects count against the grader's own account, machine-wide, whatever user the kernel is inside its
 namespaces: inotify and fanotify instances and POSIX message queues (their limits are per real user); a kernel
 that holds them all leaves none to the instructor's servers and the other kernels of the batch: refused. So are
@@ -49,7 +54,8 @@ kernel reads the low 32 bits, the first word on these little-endian machines)::
                  if nr is socket or socketpair        -> load args[0]: AF_UNIX, AF_NETLINK -> allow, else EPERM
                  if nr is setsockopt                  -> load args[1]: not SOL_SOCKET -> allow;
                                                          load args[2]: a buffer size -> EPERM, else allow
-                 if nr is fcntl                       -> load args[1]: F_SETPIPE_SZ -> EPERM, else allow
+                 if nr is fcntl                       -> load args[1]: a lock command -> ENOLCK;
+                                                         F_SETPIPE_SZ -> EPERM, else allow
                                                       -> allow
 
 Its system-call numbers are the kernel's own tables (``arch/x86/entry/syscalls/syscall_64.tbl``,
@@ -128,6 +134,11 @@ AF_UNIX, AF_NETLINK = 1, 16  # linux/socket.h
 SOL_SOCKET = 1  # asm-generic/socket.h, on both machines
 BUFFER_OPTIONS = {"SO_SNDBUF": 7, "SO_RCVBUF": 8, "SO_SNDBUFFORCE": 32, "SO_RCVBUFFORCE": 33}
 F_SETPIPE_SZ = 1031  # F_LINUX_SPECIFIC_BASE (1024) + 7
+# Byte-range locks (asm-generic/fcntl.h, the same on both machines; F_SETLK64 is F_SETLK on 64 bits): each range a
+# process locks is kernel memory that neither its address space nor its control group counts, without end
+# (millions of ranges on one empty file). Refused with ENOLCK, "no locks available", which SQLite and Python's
+# fcntl report as such; whole-file flock() is a separate call, bounded by the open files.
+LOCK_COMMANDS = {"F_SETLK": 6, "F_SETLKW": 7, "F_OFD_SETLK": 37, "F_OFD_SETLKW": 38}
 
 # Classic BPF opcodes (linux/filter.h, linux/bpf_common.h) and seccomp's return values (linux/seccomp.h).
 LOAD_WORD_ABSOLUTE = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -227,7 +238,12 @@ def filter_program(machine: str | None = None) -> bytes:
 
     program.label("fcntl command")  # fcntl(fd, cmd, arg)
     program.load(argument_offset(1))
+    for command in sorted(LOCK_COMMANDS.values()):
+        program.jump(JUMP_IF_EQUAL, command, "no locks", None)
     program.jump(JUMP_IF_EQUAL, F_SETPIPE_SZ, "deny", "allow")
+
+    program.label("no locks")
+    program.ret(RETURN_ERRNO | errno.ENOLCK)
 
     program.label("allow")
     program.ret(RETURN_ALLOW)

@@ -243,6 +243,19 @@ KERNEL_ATTACKS: dict[str, str] = {
             refusal = errno.errorcode.get(error.errno)
         print("PTYS:", [len(opened) // 2, refusal])
         """,
+    "byte_range_locks": """
+        import errno, fcntl, os
+        handle = os.open("/tmp/locked", os.O_RDWR | os.O_CREAT)
+        held, refusal = 0, None
+        while held < 100000:  # every other byte: each range a lock of kernel memory that no limit counts
+            try:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * held)
+            except OSError as error:
+                refusal = errno.errorcode.get(error.errno)
+                break
+            held += 1
+        print("LOCKS:", [held, refusal])
+        """,
     "aio_contexts": """
         import ctypes, errno, os
         libc = ctypes.CDLL(None, use_errno=True)
