@@ -14,10 +14,12 @@ from posenc_ref.attention import reference_attention
 from posenc_ref.fast import fast_attention
 from posenc_ref.fast.banded import (
     banded_offset_attention,
+    causal_as_squares,
     check_banded_can_run,
     flash_below_shifted_diagonal,
     merge_two,
     t5_reaches,
+    written_out_with_logsumexp,
 )
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
 from posenc_ref.relative import relative_position_bucket
@@ -145,10 +147,52 @@ def test_merge_two_equals_attention_over_the_union_of_the_keys():
     torch.testing.assert_close(out, parts[0])
 
 
+def masked_softmax_attention(q, k, v, *, scale, mask=None, diagonal=False):
+    """Independent of the code under test: float64 logits, top-left causal mask, softmax, product."""
+    logits = scale * q.double() @ k.double().transpose(-2, -1)
+    if mask is not None:
+        logits = logits + mask.double()
+    if diagonal:
+        rows, keys = logits.shape[-2:]
+        logits = logits.masked_fill(torch.ones(rows, keys, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(logits, -1) @ v.double(), torch.logsumexp(logits, -1)
+
+
+@pytest.mark.parametrize(("rows", "keys"), [(7, 7), (5, 9), (9, 4), (1, 6), (6, 1)])
+def test_causal_as_squares_hands_the_kernel_only_squares(rows, keys):
+    q, k, v = make_qkv(rows, keys)
+    shapes = []
+
+    def square_only_kernel(q_part, k_part, v_part, causal):
+        shapes.append((q_part.shape[2], k_part.shape[2], causal))
+        assert not causal or q_part.shape[2] == k_part.shape[2], "a causal call that is not square"
+        return masked_softmax_attention(q_part, k_part, v_part, scale=0.3, diagonal=causal)
+
+    out, lse = causal_as_squares(square_only_kernel, q, k, v)
+    expected_out, expected_lse = masked_softmax_attention(q, k, v, scale=0.3, diagonal=True)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(lse, expected_lse)
+    assert any(causal for _, _, causal in shapes)
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_written_out_band_equals_the_masked_softmax(diagonal):
+    q, k, v = make_qkv(6, 6, dtype=torch.bfloat16)
+    mask = torch.randn(1, HEADS, 6, 6, generator=torch.Generator().manual_seed(3))
+    mask[..., 0, 1] = float("-inf")
+    out, lse = written_out_with_logsumexp(q, k, v, scale=0.3, mask=mask, diagonal=diagonal)
+    assert out.dtype == lse.dtype == torch.float32, "the band is computed in float32"
+    expected_out, expected_lse = masked_softmax_attention(q, k, v, scale=0.3, mask=mask, diagonal=diagonal)
+    torch.testing.assert_close(out.double(), expected_out, **FP32_TOLERANCE)
+    torch.testing.assert_close(lse.double(), expected_lse, **FP32_TOLERANCE)
+
+
 def test_banded_refuses_gradients_and_devices_other_than_cpu():
     q, k, v = make_qkv(5, 5)
     with pytest.raises(ValueError, match="cpu only"):
         check_banded_can_run(torch.device("cuda"), q)
+    with pytest.raises(ValueError, match="cpu and cuda only.*meta"):
+        check_banded_can_run(torch.device("meta"), q, constant_tails=True)
     q.requires_grad_()
     with pytest.raises(ValueError, match="banded.*no backward"):
         fast_attention(q, k, v, position="t5", implementation="banded", **make_params("t5"))
@@ -161,6 +205,9 @@ import json, sys
 import torch
 from posenc_ref import bench
 from posenc_ref.fast.banded import banded_offset_attention
+# The CPU flash kernel takes a scratch buffer per thread, so the peak grows with the thread count (T5 measured
+# 8.4 MiB with 16 threads on a 16-core machine): two threads, as on the course's 2-core machines.
+torch.set_num_threads(2)
 length, heads, head_dim = 1024, 2, 16
 q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))
 params = {"t5": {"bias_table": torch.randn(16, heads), "bidirectional": True, "max_distance": 20},

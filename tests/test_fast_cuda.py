@@ -118,3 +118,29 @@ def test_compiled_triton_rope_rotates_like_complex_multiplication(layout, dtype,
         # angles up to 1300 rad: float32 cos/sin of the same float32 angle agree to ~1e-6 absolute
         torch.testing.assert_close(rotated.cpu().double(), expected, atol=1e-5 + 4e-6 * math.sqrt(head_dim),
                                    rtol=rtol)
+
+
+@pytest.mark.parametrize("position", ["t5", "shaw"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tail_kernel", ["flash", "cudnn"])
+@pytest.mark.parametrize(("q_len", "k_len", "query_offset"), SHAPES + [(300, 300, None), (40, 300, 100)])
+def test_banded_on_cuda_equals_reference(position, dtype, causal, tail_kernel, q_len, k_len, query_offset,
+                                         monkeypatch):
+    from posenc_ref.fast import banded
+
+    monkeypatch.setattr(banded, "CUDA_TAIL_KERNEL", tail_kernel)
+    q, k, v = make_qkv(q_len, k_len, dtype)
+    params = make_params(position, dtype)
+    if position == "t5":
+        params["max_distance"] = 20  # a band of a few dozen keys: most keys of the longer shapes are in a tail
+    options = dict(position=position, causal=causal, query_offset=query_offset, **params)
+    actual = fast_attention(q, k, v, implementation="banded", **options)
+    tolerance = FP32_TOLERANCE if dtype == torch.float32 else BF16_TOLERANCE
+    torch.testing.assert_close(actual.float(), reference_attention(q, k, v, **options).float(), **tolerance)
+
+
+def test_auto_takes_the_banded_path_for_shaw_on_cuda_and_flex_for_t5():
+    report = fast_path_report("cuda")
+    assert report["shaw"].startswith("banded") and report["t5"].startswith("FlexAttention")
+

@@ -46,7 +46,9 @@ for a row carries :math:`L = -\infty` and weight 0). The blocks whose band lies 
 call, stacked in the batch dimension (Shaw pads the keys and hides the padding, so all of them do).
 Working memory: the output, the tails' outputs and the bands' logits, (batch, heads, q_len, B + D_L + D_R)
 at most; never (q_len, k_len). The kernel's log-sum-exp has no gradient, so this path
-runs without autograd, on CPU; 16-bit inputs are computed in float32.
+runs without autograd, on CPU; 16-bit inputs are computed in float32. On CUDA the kinds with constant
+tails (T5, Shaw) run too: the tails by SDPA's flash (or cuDNN) kernel in the inputs' dtype, causal calls cut
+into squares, the bands written out in float32 (:func:`cuda_with_logsumexp`).
 
 Threads: the kernels (the tails', and the band's of ALiBi and T5, which for T5 is about a sixth of the
 time at L = 4096) run on every thread; Shaw's band passes and the merges, a few MiB each, run on one
@@ -71,40 +73,125 @@ SHAW_BLOCK = 32  # Shaw's band is written out (logits, softmax, products): a nar
 AFFINE_BLOCK = 256  # queries per block with affine tails: the tails are cut at block edges, a call each
 
 
-def banded_available() -> bool:
-    """True when this torch has SDPA's CPU flash kernel as an operator that returns the log-sum-exp."""
-    return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+CONSTANT_TAIL_POSITIONS = ("t5", "shaw")  # the kinds whose tails need no mask: they also run on CUDA
+CUDA_TAIL_KERNEL = "flash"  # 16-bit tails on CUDA: "flash" or "cudnn" (float32 takes "efficient")
 
 
-def check_banded_can_run(device: torch.device, *tensors: torch.Tensor | None, name: str = "banded") -> None:
-    """Raise ValueError when the banded path (or another built on the same kernel, ``name``) cannot run: not
-    on CPU, autograd needed, or no such kernel."""
-    if device.type != "cpu":
-        raise ValueError(f"implementation={name!r} runs on cpu only, got tensors on {device}")
+def banded_available(device: torch.device | str = "cpu") -> bool:
+    """True when this torch has, for ``device``, an SDPA kernel that returns the log-sum-exp as an operator
+    (CPU: the flash kernel; CUDA: the flash and memory-efficient kernels, and a CUDA device)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+    if device.type == "cuda":
+        return (torch.cuda.is_available() and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention")
+                and hasattr(torch.ops.aten, "_scaled_dot_product_efficient_attention"))
+    return False
+
+
+def check_banded_can_run(device: torch.device, *tensors: torch.Tensor | None, name: str = "banded",
+                         constant_tails: bool = False) -> None:
+    """Raise ValueError when the banded path (or another built on the same kernels, ``name``) cannot run:
+    autograd needed, no such kernel, or a device other than CPU -- CUDA too for kinds with
+    ``constant_tails`` (T5, Shaw), whose tails need no mask."""
+    devices = ("cpu", "cuda") if constant_tails else ("cpu",)
+    if device.type not in devices:
+        raise ValueError(f"implementation={name!r} runs on {' and '.join(devices)} only for this position, got "
+                         f"tensors on {device}")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise ValueError(f"implementation={name!r} has no backward (the kernel's log-sum-exp has no gradient); "
                          "inputs require grad. Use implementation='auto' or run under torch.no_grad()")
-    if not banded_available():
-        raise ValueError(f"implementation={name!r} needs aten._scaled_dot_product_flash_attention_for_cpu, "
-                         f"missing from torch {torch.__version__}")
+    if not banded_available(device):
+        raise ValueError(f"implementation={name!r} needs SDPA's {device.type} kernels that return the "
+                         f"log-sum-exp, missing from torch {torch.__version__} or without a device here")
 
 
 def flash_with_logsumexp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
                          mask: torch.Tensor | None = None, diagonal: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(s q k^T + mask) v and its log-sum-exp per row, by SDPA's CPU flash kernel.
+    """softmax(s q k^T + mask) v and its log-sum-exp per row, by an SDPA kernel that returns both.
 
     q (batch, heads, rows, head_dim), k and v (batch, heads, keys, head_dim), mask broadcastable to
     (batch, heads, rows, keys); ``diagonal``: row i sees keys j <= i only (the kernel then skips the key
     tiles above the diagonal). Returns out (batch, heads, rows, head_dim) and lse (batch, heads, rows).
     A row whose keys are all masked comes back as 0 with lse 0, not -inf: callers never pass one.
 
-    A large kernel: it runs on the threads from before any :func:`~posenc_ref.fast.threads.serial_unless_large`
-    block around it (:func:`~posenc_ref.fast.threads.kernel_threads`).
+    CPU: the flash kernel, on the threads from before any
+    :func:`~posenc_ref.fast.threads.serial_unless_large` block around it
+    (:func:`~posenc_ref.fast.threads.kernel_threads`). CUDA: :func:`cuda_with_logsumexp`, out in float32.
     """
+    if q.device.type != "cpu":
+        return cuda_with_logsumexp(q, k, v, scale=scale, mask=mask, diagonal=diagonal)
     with kernel_threads():
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, diagonal, attn_mask=mask,
                                                                           scale=scale)
+
+
+def written_out_with_logsumexp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+                               mask: torch.Tensor | None = None, diagonal: bool = False
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flash_with_logsumexp` written out in float32 on any device, for the narrow bands: logits
+    (batch, heads, rows, keys), their log-sum-exp, the weights, the product. Same arguments and results."""
+    q, k, v = q.float(), k.float(), v.float()
+    logits = (q * scale) @ k.transpose(-2, -1)  # (batch, heads, rows, keys)
+    if mask is not None:
+        logits = logits + mask
+    if diagonal:
+        rows, keys = logits.shape[-2:]
+        above = torch.ones(rows, keys, dtype=torch.bool, device=q.device).triu_(1)  # (rows, keys): j > i
+        logits = logits.masked_fill(above, float("-inf"))
+    lse = torch.logsumexp(logits, dim=-1)  # (batch, heads, rows)
+    return torch.exp(logits - lse[..., None]) @ v, lse
+
+
+def causal_as_squares(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i sees keys j <= i (top-left), by a ``kernel(q, k, v, causal)`` -> (out, lse) that is given causal
+    problems only as squares: kernels disagree on where the diagonal of a non-square causal mask lies.
+
+    Keys after the last row are never seen, so they are cut; with fewer keys than rows, the rows from
+    k_len on see every key, without a mask.
+    """
+    rows, keys = q.shape[2], k.shape[2]
+    if keys >= rows:
+        return kernel(q, k[:, :, :rows], v[:, :, :rows], True)
+    square_out, square_lse = kernel(q[:, :, :keys], k, v, True)
+    rest_out, rest_lse = kernel(q[:, :, keys:], k, v, False)
+    return torch.cat((square_out, rest_out), dim=2), torch.cat((square_lse, rest_lse), dim=2)
+
+
+def _cuda_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, *, scale: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CUDA SDPA kernel that returns the log-sum-exp: flash or cuDNN (:data:`CUDA_TAIL_KERNEL`) for
+    16-bit inputs with head_dim a multiple of 8 up to 256, else memory-efficient. Out in float32."""
+    rows, head_dim = q.shape[2], q.shape[3]
+    sixteen_bit = q.dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256
+    if sixteen_bit and CUDA_TAIL_KERNEL == "cudnn":
+        result = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False,
+                                                                   scale=scale)
+    elif sixteen_bit:
+        result = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    else:
+        result = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal,
+                                                                       scale=scale)
+    out, lse = result[0], result[1]
+    lse = lse.reshape(*q.shape[:2], -1)[..., :rows]  # (batch, heads, rows): some kernels pad or add an axis
+    return out.float(), lse.float()
+
+
+def cuda_with_logsumexp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+                        mask: torch.Tensor | None = None, diagonal: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flash_with_logsumexp` on CUDA: the tails (no mask) by SDPA's kernels in the inputs' dtype,
+    causal ones cut into squares (:func:`causal_as_squares`); a masked call (a band, a few dozen keys) written
+    out in float32 (:func:`written_out_with_logsumexp`). Out float32, lse float32."""
+    if mask is not None:
+        return written_out_with_logsumexp(q, k, v, scale=scale, mask=mask, diagonal=diagonal)
+
+    def kernel(q_part, k_part, v_part, causal):
+        return _cuda_kernel(q_part, k_part, v_part, causal, scale=scale)
+
+    return causal_as_squares(kernel, q, k, v) if diagonal else kernel(q, k, v, False)
 
 
 @dataclass(frozen=True)
@@ -252,7 +339,7 @@ class ShawBand:
 
     def tail(self, side: str, q_rows: torch.Tensor) -> Tail:
         row = 0 if side == "left" else 2 * self.max_distance
-        at_edge = self.scale * (q_rows @ self.rel_k_table[row])  # (batch, heads, rows)
+        at_edge = self.scale * (q_rows.to(self.rel_k_table.dtype) @ self.rel_k_table[row])  # (batch, heads, rows)
         return Tail(at_edge=at_edge, value=self.rel_v_table[row])
 
     def band(self, q_block, k_band, v_band, first_column, hidden_keys=None):
@@ -268,6 +355,8 @@ class ShawBand:
         hidden = self.hidden[:rows, columns]  # (rows, keys)
         if hidden_keys is not None:
             hidden = hidden | hidden_keys[:, None, None, :]  # (batch, 1, rows, keys)
+        compute = self.rel_k_table.dtype  # float32 for 16-bit inputs, which stay 16-bit in the tails on CUDA
+        q_block, k_band, v_band = q_block.to(compute), k_band.to(compute), v_band.to(compute)
         q_scaled = q_block * self.scale  # (batch, heads, rows, head_dim)
         relative = q_scaled @ self.rel_k_table.transpose(0, 1)  # (batch, heads, rows, 2k+1)
         logits = q_scaled @ k_band.transpose(-2, -1)  # (batch, heads, rows, keys)
@@ -304,8 +393,9 @@ def flash_below_shifted_diagonal(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                     else (None, None))
         if first == 0:
             return out, lse
-        padded_out = q.new_empty(batch, heads, q_len, head_dim)  # written once: zeros on the first rows only
-        padded_lse = q.new_empty(batch, heads, q_len)
+        out_dtype = q.dtype if q.device.type == "cpu" else torch.float32  # what the kernels return here
+        padded_out = q.new_empty(batch, heads, q_len, head_dim, dtype=out_dtype)  # zeros on the first rows only
+        padded_lse = q.new_empty(batch, heads, q_len, dtype=torch.float32 if out is None else lse.dtype)
         padded_out[:, :, :first], padded_lse[:, :, :first] = 0.0, float("-inf")
         if out is not None:
             padded_out[:, :, first:], padded_lse[:, :, first:] = out, lse
@@ -495,7 +585,8 @@ def banded_offset_attention(q, k, v, position: str, params: dict[str, Any], *, c
                             offset: int, block: int | None = None) -> torch.Tensor:
     """ALiBi ("alibi": ``slopes``), T5 ("t5": ``bias_table``, ``bidirectional``, ``max_distance``) or Shaw
     ("shaw": ``rel_k_table``, ``rel_v_table``) by :func:`banded_attention`; params validated, any float dtype
-    (16-bit computed in float32). Returns (batch, heads, q_len, head_dim) in q's dtype."""
+    (16-bit computed in float32; on CUDA the tails' kernels take the 16-bit inputs as they are, and return
+    float32). Returns (batch, heads, q_len, head_dim) in q's dtype."""
     compute = bias_compute_dtype(q.dtype)
     if block is None:
         block = {"alibi": AFFINE_BLOCK, "shaw": SHAW_BLOCK}.get(position, BAND_BLOCK)
@@ -507,6 +598,6 @@ def banded_offset_attention(q, k, v, position: str, params: dict[str, Any], *, c
     # the band's passes are small (a few MiB): one thread each, the tails' kernels on every thread
     band_elements = q.shape[0] * q.shape[1] * q.shape[2] * (block + kind.left_reach + kind.right_reach)
     with serial_unless_large(q.device, band_elements):
-        out = banded_attention(q.to(compute), k.to(compute), v.to(compute), kind, causal=causal, offset=offset,
-                               scale=scale, block=block)
+        inputs = (q, k, v) if q.device.type == "cuda" else (q.to(compute), k.to(compute), v.to(compute))
+        out = banded_attention(*inputs, kind, causal=causal, offset=offset, scale=scale, block=block)
         return out.to(q.dtype)

@@ -81,12 +81,13 @@ def fast_path_report(device: torch.device | str | None = None) -> dict[str, str]
         bias = "SDPA with a materialized bias (no FlexAttention in this torch)"
     t5, shaw = bias, "query-chunked relative attention (no (q, k, head_dim) tensor), plain torch ops"
     alibi = bias
-    if device.type == "cpu" and banded_available():
+    if banded_available(device):
         banded = "banded: far keys by SDPA's flash kernel, the band of offsets written out"
+        shaw = f"{banded}; {shaw} when autograd is needed"
+    if device.type == "cpu" and banded_available(device):
+        t5 = f"{banded}; SDPA with a materialized bias when autograd is needed"
         alibi = (f"causal without autograd: window (per block of queries the diagonal square and a window of "
                  f"earlier keys by SDPA's flash kernel, the keys whose weights vanish dropped); otherwise {bias}")
-        t5 = f"{banded}; SDPA with a materialized bias when autograd is needed"
-        shaw = f"{banded}; {shaw} when autograd is needed"
     return {
         "none": "torch scaled_dot_product_attention",
         "rope": f"{rope}, then scaled_dot_product_attention",

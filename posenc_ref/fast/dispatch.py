@@ -16,8 +16,8 @@ alibi      causal on CPU without autograd: per block of queries, the diagonal sq
 t5         CPU without autograd: the query blocks split at the band of offsets where the bucket changes, the
            far keys by SDPA's flash kernel, the band written out ("banded", :mod:`posenc_ref.fast.banded`).
            Otherwise as alibi, with the per-offset table read in the ``score_mod``
-shaw       CPU without autograd: "banded", as t5; otherwise query-chunked relative attention that never
-           builds a (q, k, head_dim) tensor
+shaw       CPU or CUDA without autograd: "banded", as t5; otherwise query-chunked relative attention that
+           never builds a (q, k, head_dim) tensor
 =========  ==============================================================================================
 
 Logits: :math:`s\, q \cdot k + B`, where the scale s (default :math:`1/\sqrt{d_\text{head}}`) multiplies
@@ -36,7 +36,12 @@ import torch
 from posenc_ref._checks import check_choice, check_positive_float, check_same_dtype_and_device, check_tensor
 from posenc_ref.fast import flex
 from posenc_ref.fast.alibi_window import alibi_window_attention
-from posenc_ref.fast.banded import banded_available, banded_offset_attention, check_banded_can_run
+from posenc_ref.fast.banded import (
+    CONSTANT_TAIL_POSITIONS,
+    banded_available,
+    banded_offset_attention,
+    check_banded_can_run,
+)
 from posenc_ref.fast.device import needs_grad
 from posenc_ref.fast.offset_bias import BIAS_POSITIONS, bias_by_offset, bias_compute_dtype
 from posenc_ref.fast.params import resolve_query_offset, validate_position_params
@@ -53,8 +58,8 @@ IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 }
 """The ``implementation`` values each position accepts. "auto" picks the fastest path that runs here;
 "flex" is compiled FlexAttention, "flex_eager" the uncompiled one (correct, materializes the scores),
-"sdpa_bias" the materialized-bias fallback, "banded" the band split of :mod:`posenc_ref.fast.banded` (CPU,
-no autograd), "window" causal ALiBi's square and window split of :mod:`posenc_ref.fast.alibi_window` (CPU, no
+"sdpa_bias" the materialized-bias fallback, "banded" the band split of :mod:`posenc_ref.fast.banded` (CPU;
+CUDA for t5 and shaw; no autograd), "window" causal ALiBi's square and window split of :mod:`posenc_ref.fast.alibi_window` (CPU, no
 autograd; without ``causal`` it runs "banded"), "chunked" Shaw's query chunks; "triton"/"torch" choose the
 RoPE rotation."""
 
@@ -75,9 +80,19 @@ def _check_query_key_value(q: Any, k: Any, v: Any) -> None:
         raise ValueError(f"q_len and k_len must be >= 1; got q {tuple(q.shape)}, k {tuple(k.shape)}")
 
 
-def _banded_runs(*tensors: torch.Tensor) -> bool:
-    """Whether "auto" takes the banded path: CPU, no autograd, and the kernel present in this torch."""
-    return tensors[0].device.type == "cpu" and not needs_grad(*tensors) and banded_available()
+CUDA_AUTO_BANDED = ("shaw",)
+"""The kinds whose "auto" takes the banded path on CUDA too. Measured on an H200 (bfloat16, causal, see
+``posenc_ref/results/bench_cuda_h200.json``): Shaw's band split took 1.4 ms at L = 2048 where the query
+chunks took 13 ms; T5's took 2.7 to 3.3 ms at L = 8192 where compiled FlexAttention took 2.4 to 2.7 ms."""
+
+
+def _banded_runs(position: str, *tensors: torch.Tensor) -> bool:
+    """Whether "auto" takes the banded path: no autograd, the kernels present in this torch, and CPU, or
+    CUDA for :data:`CUDA_AUTO_BANDED`."""
+    device = tensors[0].device
+    if device.type == "cuda" and position not in CUDA_AUTO_BANDED:
+        return False
+    return not needs_grad(*tensors) and banded_available(device)
 
 
 def _bias_implementation(position: str, implementation: str, q, k, v, params: dict[str, Any], causal: bool
@@ -94,10 +109,10 @@ def _bias_implementation(position: str, implementation: str, q, k, v, params: di
     table = params.get("bias_table", params.get("slopes"))
     if implementation != "auto":
         return implementation
-    if position == "t5" and _banded_runs(q, k, v, table):
+    if position == "t5" and _banded_runs(position, q, k, v, table):
         return "banded"
     large = q.shape[1] * q.shape[2] * k.shape[2] > SMALL_BIAS_ELEMENTS
-    if position == "alibi" and causal and large and _banded_runs(q, k, v, table):
+    if position == "alibi" and causal and large and _banded_runs(position, q, k, v, table):
         return "window"
     if not flex.flex_available() or q.dtype not in _FLEX_DTYPES:
         return "sdpa_bias"
@@ -175,7 +190,8 @@ def fast_attention(
             check_banded_can_run(q.device, q, k, v, params["slopes"], name="window")
             return alibi_window_attention(q, k, v, params["slopes"], scale=scale, offset=offset)
         if chosen in ("banded", "window"):  # "window" without causal: the banded path
-            check_banded_can_run(q.device, q, k, v, params.get("bias_table", params.get("slopes")))
+            check_banded_can_run(q.device, q, k, v, params.get("bias_table", params.get("slopes")),
+                                 constant_tails=position in CONSTANT_TAIL_POSITIONS)
             return banded_offset_attention(q, k, v, position, params, **options)
         if chosen == "sdpa_bias":
             bias_offsets = bias_by_offset(position, params, q_len, k_len, offset, dtype=q.dtype, device=q.device)
@@ -187,8 +203,8 @@ def fast_attention(
         return flex.flex_bias_attention(q, k, v, bias_offsets=bias_offsets, compiled=chosen == "flex", **options)
     if position == "shaw":
         tables = (params["rel_k_table"], params["rel_v_table"])
-        if implementation == "banded" or (implementation == "auto" and _banded_runs(q, k, v, *tables)):
-            check_banded_can_run(q.device, q, k, v, *tables)
+        if implementation == "banded" or (implementation == "auto" and _banded_runs(position, q, k, v, *tables)):
+            check_banded_can_run(q.device, q, k, v, *tables, constant_tails=True)
             return banded_offset_attention(q, k, v, position, params, **options)
         return shaw_attention(q, k, v, params["rel_k_table"], params["rel_v_table"], **options)
     return sdpa_attention(q, k, v, **options)
