@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
@@ -82,13 +83,27 @@ def check_same_dtype_and_device(**tensors: torch.Tensor) -> None:
             )
 
 
+_FOUND_NON_NEGATIVE = WeakIdKeyDictionary()  # positions tensor -> its version when found non-negative
+
+
 def check_positions(name: str, positions: Any, length: int) -> torch.Tensor:
-    """Positions are a 1-D integer tensor of ``length`` non-negative entries."""
+    """Positions are a 1-D integer tensor of ``length`` non-negative entries.
+
+    Reading the minimum of a tensor on a GPU waits for the device (a synchronization), so a tensor found
+    non-negative is remembered with its version counter, which every in-place change advances: a model that
+    passes the same positions again is not checked, and not made to wait, again. (Inference-mode tensors
+    have no version counter: they are checked every time.)
+    """
     check_tensor(name, positions, ndim=1)
     if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {positions.dtype}")
     if positions.shape[0] != length:
         raise ValueError(f"{name} must have {length} entries (the sequence length), got {positions.shape[0]}")
+    remembered = not positions.is_inference()
+    if remembered and _FOUND_NON_NEGATIVE.get(positions) == positions._version:
+        return positions
     if length and int(positions.min()) < 0:
         raise ValueError(f"{name} must be >= 0, got a minimum of {int(positions.min())}")
+    if remembered:
+        _FOUND_NON_NEGATIVE[positions] = positions._version
     return positions
