@@ -22,7 +22,13 @@ What is measured
 ----------------
 - Attention is causal (a decoder) with batch 1, under ``torch.no_grad()``; the first call of each backend
   (which compiles FlexAttention on its first shape) is excluded from timing. ``median_ms`` is the median of
-  the timed calls (CPU: ``time.perf_counter``; CUDA: CUDA events, after a synchronize).
+  the timed calls (CPU: ``time.perf_counter``; CUDA: CUDA events around 10 calls queued back to back after a
+  synchronize, the time divided by 10). On CUDA the host launches kernels that the device runs later; as
+  in a model's forward pass, the launches of the next call overlap the device's work on this one. Timing
+  one call after a synchronize would leave the device idle while the host prepares each launch, and add
+  that time to every call: at the first measurement on an H200 (2026-11-28,
+  ``posenc_ref/results/bench_cuda_h200_first.json``) it put the RoPE kernel at 45% of the bandwidth of a
+  device copy, which is a single launch.
 - ``peak_mib`` is the peak of memory *allocated during one call* above what was allocated before it (the
   inputs), i.e. the working memory of the call including its output.
 
@@ -123,16 +129,21 @@ def time_ms(call: Callable[[], object], device: torch.device, repeats: int) -> l
     return [time_one_ms(call, device) for _ in range(repeats)]
 
 
+CUDA_CALLS_PER_TIMING = 10
+
+
 def time_one_ms(call: Callable[[], object], device: torch.device) -> float:
-    """Wall time of one call, in ms (CUDA events on CUDA)."""
+    """Wall time of one call, in ms. CUDA: CUDA events around :data:`CUDA_CALLS_PER_TIMING` calls queued back
+    to back after a synchronize, divided by their number (see the module docstring)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         synchronize(device)
         start.record()
-        call()
+        for _ in range(CUDA_CALLS_PER_TIMING):
+            call()
         end.record()
         synchronize(device)
-        return start.elapsed_time(end)
+        return start.elapsed_time(end) / CUDA_CALLS_PER_TIMING
     begin = time.perf_counter()
     call()
     return (time.perf_counter() - begin) * 1e3
