@@ -11,14 +11,15 @@ keeps out did: write a file through ``PUT /api/contents`` with the instructor's 
 Debian's Chromium, driven by Playwright, opens every route that can serve such a file: ``/files/``, ``/view/``,
 ``/nbconvert/html/`` and nbgrader's ``/formgrader/submissions/<id>/<file>``. No planted file may appear, no
 planted line be logged, and each response carries the policy with ``sandbox`` (never ``allow-scripts``) and,
-unless it is a raster image, ``Content-Disposition: attachment`` and a type no page can run as a script. A PNG
-is still shown. The payload itself is run once in the formgrader's own page, to show that it would write its
+unless it is a raster image, ``Content-Disposition: attachment`` and a type no page can run as a script; under
+``submitted/`` every route answers 403 (the server serves no student's raw file). A PNG is still shown. The payload itself is run once in the formgrader's own page, to show that it would write its
 file if a route let it run.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import sys
@@ -146,7 +147,9 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
 
             for route in _routes(submission):
                 address = f"{base}/{route}"
-                if route.startswith("nbconvert/"):  # an export would render in the server: refused outright
+                if route.startswith("nbconvert/") or "submitted/" in route:
+                    # an export would render in the server, and submitted/ holds the students' raw files: both
+                    # refused outright (autograder.formgrader.refusals, autograder.formgrader.contents)
                     response = context.request.get(address, headers={"Authorization": f"token {token}"})
                     assert response.status == 403 and "Not served by the formgrader" in response.text(), route
                 elif not route.startswith("view/"):  # /view/ is the server's own page; its frame is /files/
@@ -168,6 +171,18 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
                 page.wait_for_timeout(300)
                 shown = page.evaluate("() => document.title")
                 assert "ran" not in shown, (route, shown)
+
+            # the same refusal for paths that reach submitted/ only once decoded or normalized (sent as written)
+            host, port = base.removeprefix("http://").split(":")
+            for route in (f"files/submitted%2F{STUDENT}%2F{ASSIGNMENT}%2Ffigure.html",
+                          f"files/autograded/..%2Fsubmitted/{STUDENT}/{ASSIGNMENT}/figure.html",
+                          f"files/autograded/../submitted/{STUDENT}/{ASSIGNMENT}/figure.html",
+                          f"files/source/%2E%2E/submitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"):
+                connection = http.client.HTTPConnection(host, int(port), timeout=30)
+                connection.request("GET", f"/{route}", headers={"Authorization": f"token {token}"})
+                answer = connection.getresponse()
+                assert answer.status == 403 and b"Not served by the formgrader" in answer.read(), route
+                connection.close()
 
             page.goto(f"{base}/formgrader/submissions/{submission}/figure.png")
             assert page.evaluate("() => document.images.length && document.images[0].naturalWidth") == 1

@@ -10,8 +10,9 @@ default) and ``--port`` (a free one by default), with a token drawn at random un
 (and with ``--allow-root`` when run as root).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
 the browser, which would be a root shell where the grader runs as root), no kernel can be started (one would
-run a notebook's code as the grader's user, outside the sandbox: :mod:`autograder.formgrader.no_kernels`), and
-every response carries the
+run a notebook's code as the grader's user, outside the sandbox: :mod:`autograder.formgrader.no_kernels`), its
+file browser and ``/files/`` serve the grader's own files and folders only, never ``submitted/``
+(:mod:`autograder.formgrader.contents`), and every response carries the
 Content-Security-Policy of :mod:`autograder.formgrader.csp` (no inline script runs but the templates' own).
 The formgrader's buttons that would grade, write or release feedback, or collect, with nbgrader's own commands
 (Autograde, Generate Feedback, Release Feedback, Collect) are refused with the course's command that does the
@@ -80,6 +81,7 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
         "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels",
+        "--ServerApp.contents_manager_class=autograder.formgrader.contents.ServedFolders",
         f"--ServerApp.jpserver_extensions={SERVER_EXTENSION_STATES!r}",
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told; the grader's machines often run it as root

@@ -1,0 +1,107 @@
+"""The formgrader's files: only what the grader wrote for the instructor, never a student's raw bytes.
+
+JupyterLab reads and writes the served folder DIR through the server's contents manager (the file browser, the
+notebook editor and ``/view/`` through ``/api/contents`` and its checks, every one of which turns an API path
+into a file path with ``_get_os_path``) and through the manager's files handler (``/files/``, tornado's static
+file handler on DIR). This manager (``--ServerApp.contents_manager_class``, set by
+:mod:`autograder.formgrader.server`) and its files handler refuse, with 403, every path outside an allowlist:
+
+- the files at DIR's top level (the grader's own: its report, the course configuration, the gradebook; and a
+  file the instructor creates there), but no link;
+- the folders of :data:`SERVED_FOLDERS` and everything under them: ``autograded/`` (each submission rebuilt
+  with its texts, code and outputs capped, :mod:`autograder.feedback.outputs`), ``feedback/`` (the pages the
+  grading stage made), ``source/`` and ``release/`` (the course's own notebooks).
+
+Everything else -- ``submitted/``, where ``collect`` puts each student's notebook as it came (up to the
+intake's cap, parsed by nothing outside the grading stage), the grader's logs, its records -- is refused and
+left out of every listing. An allowlist, not a list of known folders: a folder a later version adds is
+refused until it is named here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from contextvars import ContextVar
+
+from jupyter_server.base.handlers import AuthenticatedFileHandler
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from tornado.web import HTTPError
+from traitlets import default
+
+SERVED_FOLDERS = frozenset({"autograded", "feedback", "source", "release"})
+
+
+def served(api_path: str, top_level_is_file: bool) -> bool:
+    """Whether the formgrader serves ``api_path`` (``/``-separated, relative to DIR): DIR itself, a file at
+    its top level (``top_level_is_file``: the first part names a file), or anything in a served folder."""
+    parts = [part for part in api_path.strip("/").split("/") if part]
+    if not parts:
+        return True
+    if parts[0] in SERVED_FOLDERS:
+        return True
+    return len(parts) == 1 and top_level_is_file
+
+
+_LISTING_TOP = ContextVar("listing_top", default=False)  # True while DIR itself is listed (per request)
+
+
+def _refusal(name: str) -> HTTPError:
+    return HTTPError(403, f"Not served by the formgrader: {name} is not a file at the top of the folder nor one "
+                          f"of the folders it shows ({', '.join(sorted(SERVED_FOLDERS))})")
+
+
+class ServedFilesHandler(AuthenticatedFileHandler):
+    """``/files/``: jupyter_server serves a file manager's files straight from the disk (tornado's static file
+    handler), so the rule is applied here too, to the absolute path that handler resolved (after decoding,
+    ``..`` removed)."""
+
+    def validate_absolute_path(self, root: str, absolute_path: str) -> str | None:
+        resolved = super().validate_absolute_path(root, absolute_path)
+        relative = os.path.relpath(resolved, os.path.abspath(root)).replace(os.sep, "/")
+        if not served(relative, _is_plain_file(resolved)):
+            raise _refusal(relative.split("/", 1)[0])
+        return resolved
+
+
+class ServedFolders(AsyncLargeFileManager):
+    """JupyterLab's file manager, refusing (403) and hiding every path that :func:`served` does not allow."""
+
+    @default("files_handler_class")
+    def _files_handler_class_default(self):
+        return ServedFilesHandler
+
+    def _get_os_path(self, path):
+        os_path = super()._get_os_path(path)
+        parts = [part for part in str(path).strip("/").split("/") if part]
+        top_level_is_file = len(parts) == 1 and _is_plain_file(os_path)
+        if not served(str(path), top_level_is_file):
+            raise _refusal(parts[0])
+        return os_path
+
+    async def _dir_model(self, path, content=True):
+        token = _LISTING_TOP.set(not str(path).strip("/"))
+        try:
+            return await super()._dir_model(path, content=content)
+        finally:
+            _LISTING_TOP.reset(token)
+
+    def should_list(self, name):
+        """Leave out of DIR's own listing what :meth:`_get_os_path` refuses (a listing deeper down is of a
+        served folder, where every name is served)."""
+        if not super().should_list(name):
+            return False
+        if not _LISTING_TOP.get():
+            return True
+        return served(name, _is_plain_file(os.path.join(self.root_dir, name)))
+
+
+def _is_plain_file(os_path: str) -> bool:
+    """A regular file that is not a symbolic link (``lstat``: a link at the top is not followed), or nothing
+    yet (a file the instructor creates there)."""
+    try:
+        return stat.S_ISREG(os.lstat(os_path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
