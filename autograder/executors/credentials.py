@@ -1,8 +1,8 @@
 """The Dask cluster's credentials: who may talk to the scheduler and the workers.
 
 A ``dask.distributed`` cluster runs what any client that reaches it submits, as the workers' user (root, for
-the grader's sandbox), and the grader's tasks carry the hidden tests and send back results that the grader
-unpickles. Over plain ``tcp://`` anyone who can reach a port, a student's account on the same machine
+the grader's sandbox), and the grader's tasks carry the hidden tests and send back results that its client
+unpickles (in a sandbox of its own: :mod:`autograder.executors.bridge`). Over plain ``tcp://`` anyone who can reach a port, a student's account on the same machine
 included, is such a client. So the grader talks to a cluster over TLS only, in which every end, the scheduler,
 each worker and the grader, shows a certificate signed by a certificate authority of the instructor's own, and
 refuses an end that does not (distributed's TLS: ``ssl.CERT_REQUIRED`` both ways).
@@ -79,7 +79,8 @@ def _private(path: Path, what: str) -> None:
 
 
 def cluster_security(folder: Path):
-    """``distributed.Security`` with the credentials in ``folder``, encryption required.
+    """``distributed.Security`` with the credentials in ``folder``, encryption required (checked as
+    :func:`credential_files` checks them).
 
     Raises:
         ValueError: a file is missing, the key is readable by another account, or the folder is writable by one.
@@ -87,6 +88,25 @@ def cluster_security(folder: Path):
     from distributed import Security
 
     folder = Path(folder)
+    _check(folder)
+    return Security(tls_ca_file=str(folder / CA), tls_client_cert=str(folder / CERTIFICATE),
+                    tls_client_key=str(folder / KEY), require_encryption=True)
+
+
+def credential_files(folder: Path) -> dict[str, bytes]:
+    """The bytes of the authority's certificate, the certificate and the key in ``folder``, by file name, once
+    checked: the grader reads them and hands them to its sandboxed bridge (:mod:`autograder.executors.bridge`),
+    whose user could not read the key.
+
+    Raises:
+        ValueError: a file is missing, the key is readable by another account, or the folder is writable by one.
+    """
+    folder = Path(folder)
+    _check(folder)
+    return {name: (folder / name).read_bytes() for name in (CA, CERTIFICATE, KEY)}
+
+
+def _check(folder: Path) -> None:
     for name in (CA, CERTIFICATE, KEY):
         if not (folder / name).is_file():
             raise ValueError(f"--cluster-credentials {folder} holds no {name} "
@@ -97,5 +117,3 @@ def cluster_security(folder: Path):
             raise ValueError(f"--cluster-credentials: {path} must be this account's, not a link, and not writable by "
                              f"other accounts, got mode {stat.filemode(info.st_mode)} owned by uid {info.st_uid}")
     _private(folder / KEY, "the key")
-    return Security(tls_ca_file=str(folder / CA), tls_client_cert=str(folder / CERTIFICATE),
-                    tls_client_key=str(folder / KEY), require_encryption=True)

@@ -1,20 +1,24 @@
 """The Dask executor: every submission a task on an existing ``dask.distributed`` cluster.
 
 ``python -m autograder grade PATH --out DIR --scheduler tls://HOST:PORT --cluster-credentials CREDENTIALS``
-connects to the scheduler over mutual TLS (:mod:`autograder.executors.credentials`: only an end that shows a
-certificate of the instructor's own authority is let in; a ``tcp://`` scheduler is refused, for anyone who
-reaches it could run code on the workers and read the hidden tests), then:
+grades on the cluster of that scheduler. The grader's own process never connects to it: Dask unpickles what
+its peers send, so one sandboxed process, the bridge (:mod:`autograder.executors.bridge`), is the cluster's
+client and sends the grader JSON only. The bridge connects over mutual TLS
+(:mod:`autograder.executors.credentials`: only an end that shows a certificate of the instructor's own
+authority is let in; a ``tcp://`` scheduler is refused, for anyone who reaches it could run code on the workers
+and read the hidden tests), then:
 
-1. checks every worker before any task runs (:func:`check_worker`): the same course version as the main
-   process (:func:`autograder.course.course_version`), bubblewrap able to make the sandbox, the kernel's
-   packages importable, one thread (a task sets its kernel's sandbox in the process's environment) and not a
-   daemonic process (the verdicts fork their checks). A worker that fails gets no task, and the command says
-   which worker and why;
-2. ships the course to the workers from the main process (no shared file system): the template course (the
-   sources, the hardened gradebook) as one archive, unpacked once on every checked worker
+1. checks every worker before any task runs (:func:`check_worker`): the same course version as the grader
+   (:func:`autograder.course.course_version`), bubblewrap able to make the sandbox, the kernel's packages
+   importable, one thread (a task sets its kernel's sandbox in the process's environment) and not a daemonic
+   process (the verdicts fork their checks). A worker that fails gets no task, and the command says which
+   worker and why;
+2. ships the course to the workers (no shared file system): the template course (the sources, the hardened
+   gradebook), packed by the grader as one archive, unpacked once on every checked worker
    (:func:`install_course`); each submission travels with its task as bytes;
 3. runs :func:`autograder.pipeline.grade_task` on the worker, in a folder of its own, and sends back the
-   result, the feedback page and the log; the main process writes them and records the result (it stays the
+   result, the feedback page and the log; the grader checks the result against the task
+   (:func:`autograder.executors.bridge.parse_result`), writes them and records the result (it stays the
    gradebook's only writer), as each arrives.
 
 Faults: a worker that dies mid-task has its task run again on another worker by the scheduler; a submission
@@ -27,7 +31,6 @@ scheduler itself goes away, :class:`SchedulerLost` ends the command; what was re
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import multiprocessing
 import os
@@ -154,12 +157,6 @@ def _read_or_empty(path: Path) -> bytes:
     return path.read_bytes() if path.exists() else b""
 
 
-def _allowed_failures() -> int:
-    import dask
-
-    return int(dask.config.get("distributed.scheduler.allowed-failures"))
-
-
 def check_cluster_address(scheduler: str, credentials: Path | None) -> None:
     """Refuse a scheduler the grader does not talk to: one that is not ``tls://``, or no credentials.
 
@@ -176,20 +173,7 @@ def check_cluster_address(scheduler: str, credentials: Path | None) -> None:
                          "--out DIR makes them)")
 
 
-def _connect(scheduler: str, credentials: Path | None):
-    from distributed import Client
-
-    from autograder.executors.credentials import cluster_security
-
-    check_cluster_address(scheduler, credentials)
-    security = cluster_security(credentials)
-    try:
-        return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False, security=security)
-    except (OSError, TimeoutError, ValueError) as error:
-        raise ValueError(f"scheduler {scheduler!r} cannot be reached ({type(error).__name__}: {error})") from error
-
-
-def _lost(error: BaseException) -> bool:
+def lost_scheduler(error: BaseException) -> bool:
     """Whether ``error`` says that the client lost its scheduler (rather than that one task failed)."""
     from distributed.comm.core import CommClosedError
 
@@ -198,28 +182,25 @@ def _lost(error: BaseException) -> bool:
     return isinstance(error, CommClosedError | OSError | TimeoutError) or "not running" in str(error)
 
 
-def _received(future, task: Task, allowed: int) -> Result:
-    """The result of one finished task, its page and log written where the main process keeps them; 0 with the
-    reason when the task failed. Re-raises when the scheduler itself is lost."""
-    from distributed.scheduler import KilledWorker
-
+def _shipped_result(task: Task, message: dict) -> Result:
+    """The result of one task as the bridge sent it, its page, log and notebook written where the main process
+    keeps them; 0 with the reason when the result does not fit the task (:func:`parse_result`)."""
+    from autograder.executors.bridge import bytes_of, parse_result
     from autograder.pipeline import write_ungraded
 
     try:
-        shipped = future.result()
-    except KilledWorker:
-        return write_ungraded(task, f"grading it ended {allowed + 1} worker(s), more than the scheduler allows ({allowed})", grader_failure=True)
-    except Exception as error:  # one task's failure stays with its submission
-        if _lost(error):
-            raise
-        return write_ungraded(task, f"the grader's worker failed ({type(error).__name__}: {str(error)[:300]})", grader_failure=True)
-    written = [(shipped.feedback, task.feedback), (shipped.log, task.log)]
-    if shipped.autograded and task.autograded is not None:
-        written.append((shipped.autograded, task.autograded))
+        result = parse_result(message.get("result"), task)
+    except (TypeError, ValueError) as error:
+        return write_ungraded(task, f"the cluster sent a result that the grader does not accept ({error})",
+                              grader_failure=True)
+    written = [(bytes_of(message, "feedback"), task.feedback), (bytes_of(message, "log"), task.log)]
+    autograded = bytes_of(message, "autograded")
+    if autograded and task.autograded is not None:
+        written.append((autograded, task.autograded))
     for data, path in written:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    return shipped.result
+    return result
 
 
 def run_dask(
@@ -233,52 +214,47 @@ def run_dask(
     credentials: Path | None = None,
     remote: Callable = grade_on_worker,
 ) -> None:
-    """Grade ``tasks`` on the cluster of ``scheduler``; hand each result to ``deliver`` as it arrives.
+    """Grade ``tasks`` on the cluster of ``scheduler`` through the sandboxed bridge
+    (:mod:`autograder.executors.bridge`); hand each result to ``deliver`` as it arrives.
 
     ``warn`` receives a line for every worker that failed its check. ``credentials``: the folder of the
-    cluster's credentials (:func:`autograder.executors.credentials.cluster_security`). ``remote`` is the
+    cluster's credentials (:func:`autograder.executors.credentials.credential_files`). ``remote`` is the
     function run on the workers (tests replace it to fail on purpose).
 
     Raises:
-        ValueError: the scheduler is not tls://, the credentials are missing or open to other accounts, the
-            scheduler cannot be reached, or no worker passed its check.
+        ValueError: the scheduler is not tls://, the credentials are missing or open to other accounts, no
+            sandbox can be made for the bridge, the scheduler cannot be reached, or no worker passed its check.
         SchedulerLost: the scheduler went away before every task was done.
+        autograder.executors.bridge.BridgeBroken: the bridge ended early or sent what is not a message.
     """
-    from distributed import as_completed
+    from autograder.executors.bridge import BridgeBroken, Job, index_of, started_bridge, text_of
+    from autograder.executors.credentials import credential_files
+    from autograder.pipeline import write_ungraded
+    from autograder.sandbox.launcher import bwrap_problem
 
-    client = _connect(scheduler, credentials)
-    try:
-        checks = client.run(check_worker, version)
-        good = sorted(worker for worker, problem in checks.items() if problem is None)
-        for worker, problem in sorted(checks.items()):
-            if problem is not None:
-                warn(f"the worker {worker} got no task: {problem}")
-        if not good:
-            reasons = "; ".join(f"{worker}: {problem}" for worker, problem in sorted(checks.items()))
-            raise ValueError(f"scheduler {scheduler!r}: no worker passed its check ({reasons or 'no worker connected'})")
-        allowed = client.run_on_scheduler(_allowed_failures)
-        archive = pack_course(template)
-        course_key = hashlib.sha256(archive).hexdigest()
-        client.run(install_course, archive, course_key, workers=good)
-        futures = {}
-        batch = course_key[:12]  # keys unique to this course and run: a long-lived cluster grades many batches
-        for task in tasks:
-            future = client.submit(
-                remote, course_key, task, task.notebook.read_bytes(), key=f"grade-{batch}-{task.directory.name}",
-                workers=good, allow_other_workers=False, retries=0, pure=False,
-            )
-            futures[future] = task
-        try:
-            with client.as_current():
-                for future in as_completed(futures):
-                    deliver(_received(future, futures[future], allowed))
-        except Exception as error:
-            if _lost(error):
-                cause = str(error).splitlines()[0] if str(error) else ""
-                raise SchedulerLost(f"the scheduler {scheduler} went away ({type(error).__name__}: {cause})") from error
-            raise
-    finally:
-        try:
-            client.close(timeout=5)
-        except Exception:  # noqa: BLE001,S110 (a client whose scheduler is gone may not close cleanly)
-            pass
+    check_cluster_address(scheduler, credentials)
+    files = credential_files(credentials)
+    if (problem := bwrap_problem()) is not None:
+        raise ValueError(f"--scheduler: the grader talks to a cluster from a sandbox only, and {problem}")
+    job = Job(scheduler, files, version, pack_course(template), remote, CONNECT_SECONDS, len(tasks))
+    outcomes: set[int] = set()
+    with started_bridge(job, [(task, task.notebook.read_bytes()) for task in tasks]) as messages:
+        for message in messages:
+            kind = message["kind"]
+            if kind == "warn":
+                warn(text_of(message, "message"))
+                continue
+            if kind == "error":
+                raise ValueError(text_of(message, "message"))
+            if kind == "lost":
+                raise SchedulerLost(text_of(message, "message"))
+            index = index_of(message, len(tasks))
+            if index in outcomes:
+                raise BridgeBroken(f"the cluster's bridge sent a second outcome for task {index}")
+            outcomes.add(index)
+            if kind == "failed":
+                deliver(write_ungraded(tasks[index], text_of(message, "reason"), grader_failure=True))
+            else:
+                deliver(_shipped_result(tasks[index], message))
+    if len(outcomes) != len(tasks):
+        raise BridgeBroken(f"the cluster's bridge ended with {len(tasks) - len(outcomes)} task(s) without an outcome")
