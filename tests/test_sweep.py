@@ -63,6 +63,17 @@ def test_provenance_adds_up_the_invocations(tmp_path):
     assert second["commit"] is None or len(second["commit"]) == 40
 
 
+def test_an_invocation_that_computed_nothing_leaves_the_record_as_it_was(tmp_path):
+    sweep.provenance(tmp_path, command=["python", "-m", "x"], settings={"a": 1}, device="cpu", jobs=2, threads=1,
+                     started=0.0, runs=4, runs_this_invocation=4, version=("a" * 40, False))
+    before = (tmp_path / "provenance.json").read_bytes()
+    again = sweep.provenance(tmp_path, command=["python", "-m", "x", "--resume"], settings={"a": 1}, device="cpu",
+                             jobs=2, threads=1, started=10.0, runs=4, runs_this_invocation=0,
+                             version=("b" * 40, False))
+    assert (tmp_path / "provenance.json").read_bytes() == before
+    assert again["commit"] == "a" * 40 and len(again["invocations"]) == 1
+
+
 def test_each_invocation_keeps_its_own_command_commit_and_machine(tmp_path):
     sweep.provenance(tmp_path, command=["python", "-m", "x", "--jobs", "2"], settings={"a": 1}, device="cpu", jobs=2,
                      threads=1, started=0.0, runs=4, runs_this_invocation=3, version=("a" * 40, False))

@@ -203,13 +203,17 @@ def provenance(folder: str | Path, *, command: Sequence[str], settings: dict[str
     and vector instruction sets), start, wall seconds and the runs it computed: a sweep interrupted and resumed
     on another machine or commit says which runs came from where, and reports the total wall time of all its
     parts. The top-level ``command``, ``versions``, ``commit`` and ``uncommitted_changes`` are the latest
-    invocation's. ``version`` is the :func:`code_version` taken when the sweep started (default: now).
+    invocation's. ``version`` is the :func:`code_version` taken when the sweep started (default: now). An
+    invocation that computed no run leaves an existing record as it is: a complete sweep started again (a
+    study resumed over its finished parts) was not produced by that commit.
     """
     import numpy
     import torch
 
     path = Path(folder) / "provenance.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
+    if previous and runs_this_invocation == 0:
+        return previous  # an invocation that computed nothing (the sweep was complete) produced none of it
     commit, dirty = code_version() if version is None else version
     versions = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_git": torch.version.git_version,
                 "numpy": numpy.__version__}
