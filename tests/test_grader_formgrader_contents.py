@@ -36,7 +36,9 @@ def test_the_top_listing_shows_the_served_folders_and_plain_files_only(manager):
 
 
 @pytest.mark.parametrize("path", ["submitted", "submitted/alice/04_relative/04_relative.ipynb", "logs/alice",
-                                  "logs/alice/04_relative.log", "linked.ipynb", "/submitted/", "nothing/here"])
+                                  "logs/alice/04_relative.log", "linked.ipynb", "/submitted/", "nothing/here",
+                                  "autograded/../submitted/alice/04_relative/04_relative.ipynb",
+                                  "source/../logs/alice/04_relative.log", "feedback/./../submitted"])
 def test_every_other_path_is_refused_for_reading_and_writing(manager, path):
     for call in (lambda: manager.get(path), lambda: manager.is_hidden(path),
                  lambda: manager.save({"type": "file", "format": "text", "content": "x"}, path + "/x.txt"),
@@ -44,6 +46,12 @@ def test_every_other_path_is_refused_for_reading_and_writing(manager, path):
         with pytest.raises(HTTPError) as refused:
             run(call())
         assert refused.value.status_code == 403 and "Not served by the formgrader" in refused.value.log_message
+
+
+def test_a_copy_from_a_path_that_leaves_the_served_folders_is_refused(manager):
+    with pytest.raises(HTTPError) as refused:
+        run(manager.copy("autograded/../submitted/alice/04_relative/04_relative.ipynb", "autograded"))
+    assert refused.value.status_code == 403
 
 
 def test_served_folders_are_listed_and_read_whole(manager):

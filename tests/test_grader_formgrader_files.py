@@ -172,17 +172,35 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
                 shown = page.evaluate("() => document.title")
                 assert "ran" not in shown, (route, shown)
 
-            # the same refusal for paths that reach submitted/ only once decoded or normalized (sent as written)
+            # the same refusal for paths that reach submitted/ (or the gradebook) only once decoded or normalized,
+            # sent as written with the browser's login and _xsrf cookies
             host, port = base.removeprefix("http://").split(":")
+            cookies = {cookie["name"]: cookie["value"] for cookie in context.cookies()}
+            login = {"Authorization": f"token {token}", "X-XSRFToken": cookies.get("_xsrf", ""),
+                     "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
             for route in (f"files/submitted%2F{STUDENT}%2F{ASSIGNMENT}%2Ffigure.html",
+                          f"api/contents/autograded/..%2Fsubmitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+                          f"api/contents/autograded/../submitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+                          "api/contents/autograded/..%2Fsubmitted",
+                          f"formgrader/submissions/{submission}/..%2F..%2F..%2Fgradebook.db",
+                          f"formgrader/submissions/{submission}/../../../gradebook.db",
+                          f"formgrader/submissions/{submission}/%2e%2e/%2e%2e/%2e%2e/submitted/{STUDENT}/{ASSIGNMENT}/"
+                          "figure.png",
                           f"files/autograded/..%2Fsubmitted/{STUDENT}/{ASSIGNMENT}/figure.html",
                           f"files/autograded/../submitted/{STUDENT}/{ASSIGNMENT}/figure.html",
                           f"files/source/%2E%2E/submitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"):
                 connection = http.client.HTTPConnection(host, int(port), timeout=30)
-                connection.request("GET", f"/{route}", headers={"Authorization": f"token {token}"})
+                connection.request("GET", f"/{route}", headers=login)
                 answer = connection.getresponse()
-                assert answer.status == 403 and b"Not served by the formgrader" in answer.read(), route
+                body = answer.read()
+                # nbgrader's pages answer with its own error page, the server's with the refusal's reason
+                reason = route.startswith("formgrader/") or b"Not served by the formgrader" in body
+                assert answer.status == 403 and reason and b"SQLite format" not in body, (route, answer.status)
                 connection.close()
+            connection = http.client.HTTPConnection(host, int(port), timeout=30)  # the same login, a file in place
+            connection.request("GET", f"/formgrader/submissions/{submission}/figure.png", headers=login)
+            assert connection.getresponse().status == 200
+            connection.close()
 
             page.goto(f"{base}/formgrader/submissions/{submission}/figure.png")
             assert page.evaluate("() => document.images.length && document.images[0].naturalWidth") == 1

@@ -21,11 +21,14 @@ refused until it is named here.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from contextvars import ContextVar
 
 from jupyter_server.base.handlers import AuthenticatedFileHandler
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from nbgrader.api import MissingEntry
+from nbgrader.server_extensions.formgrader.handlers import SubmissionFilesHandler
 from tornado.web import HTTPError
 from traitlets import default
 
@@ -44,6 +47,33 @@ def served(api_path: str, top_level_is_file: bool) -> bool:
 
 
 _LISTING_TOP = ContextVar("listing_top", default=False)  # True while DIR itself is listed (per request)
+
+
+class ConfinedSubmissionFiles(SubmissionFilesHandler):
+    """nbgrader's ``/formgrader/submissions/<id>/<file>``, which serves the files beside a submission's autograded
+    notebook, confined to that folder: a path that leaves it once decoded and normalized (``..``, ``%2e%2e``,
+    ``%2F``) or through a link answers 403 (nbgrader's own joins the path to the folder and serves anything
+    under the course's root). Taken before nbgrader's route by :mod:`autograder.formgrader.refusals`."""
+
+    def parse_url_path(self, url_path):
+        match = re.match(r"([^/]+)/(.*)", url_path.lstrip("/"))
+        if match is None:
+            raise HTTPError(404, "no submission's file named")
+        submission_id, path = match.groups()
+        try:
+            submission = self.gradebook.find_submission_notebook_by_id(submission_id)
+        except MissingEntry:
+            raise HTTPError(404, "no such submission") from None
+        folder = os.path.abspath(self.coursedir.format_path(
+            self.coursedir.autograded_directory, submission.student.id, submission.assignment.assignment.name))
+        full_path = os.path.normpath(os.path.join(folder, path))
+        if not _inside(full_path, folder) or not _inside(os.path.realpath(full_path), os.path.realpath(folder)):
+            raise HTTPError(403, "Not served by the formgrader: the path leaves the submission's folder")
+        return super(SubmissionFilesHandler, self).parse_url_path(full_path)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
 
 
 def _refusal(name: str) -> HTTPError:
@@ -72,10 +102,12 @@ class ServedFolders(AsyncLargeFileManager):
         return ServedFilesHandler
 
     def _get_os_path(self, path):
-        os_path = super()._get_os_path(path)
-        parts = [part for part in str(path).strip("/").split("/") if part]
+        os_path = super()._get_os_path(path)  # normalized: ".." removed, inside the root
+        relative = os.path.relpath(os_path, os.path.abspath(self.root_dir)).replace(os.sep, "/")
+        relative = "" if relative == "." else relative
+        parts = [part for part in relative.split("/") if part]
         top_level_is_file = len(parts) == 1 and _is_plain_file(os_path)
-        if not served(str(path), top_level_is_file):
+        if not served(relative, top_level_is_file):
             raise _refusal(parts[0])
         return os_path
 

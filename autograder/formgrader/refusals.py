@@ -30,6 +30,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from autograder import ASSIGNMENTS
+from autograder.formgrader.contents import ConfinedSubmissionFiles
 
 GUIDE = "book/guide_instructors.md"
 ROUTES = {  # nbgrader's route (apihandlers.default_handlers) -> the action refused
@@ -137,6 +138,8 @@ def _load_jupyter_server_extension(serverapp) -> None:
         for route, action in ROUTES.items()
     ]
     handlers += [(url_path_join(serverapp.base_url, route), OffHandler, {"why": why}) for route, why in OFF_ROUTES.items()]
+    # nbgrader's files beside a submission, confined to the submission's folder
+    handlers.append((url_path_join(serverapp.base_url, r"/formgrader/submissions/(.*)"), ConfinedSubmissionFiles))
     web_app.add_handlers(".*$", handlers)
     rules = web_app.default_router.rules
     rules.insert(0, rules.pop(-2))  # add_handlers put it before the last rule
