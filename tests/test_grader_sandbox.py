@@ -299,13 +299,56 @@ def test_cgroup_v2_limits_are_written_where_a_delegated_folder_says(tmp_path, mo
         group = cgroups.KernelGroup.create(memory_bytes=256 * 1024 * 1024, processes=32)
         kernels = tmp_path / cgroups.KERNELS_FOLDER
         assert group.version == 2 and group.folders[0].parent == kernels
-        assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
-        assert (kernels / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+        io = " +io" if cgroups.throttled_devices() else ""  # the folder offers io; a disk is behind the files
+        assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids +cpu" + io
+        assert (kernels / "cgroup.subtree_control").read_text() == "+memory +pids +cpu" + io
         assert (group.folders[0] / "memory.max").read_text() == str(256 * 1024 * 1024)
         assert (group.folders[0] / "pids.max").read_text() == "32"
         assert (group.folders[0] / "cpu.weight").read_text() == "100"
+        if io:  # one line is written per disk: the file keeps the last
+            assert (group.folders[0] / "io.max").read_text() == (
+                f"{cgroups.throttled_devices()[-1]} rbps={cgroups.READ_BYTES_PER_SECOND} "
+                f"wbps={cgroups.WRITE_BYTES_PER_SECOND} riops={cgroups.OPERATIONS_PER_SECOND} "
+                f"wiops={cgroups.OPERATIONS_PER_SECOND}")
     finally:
         cgroups.hierarchy.cache_clear()
+
+
+DIRECT_READ = """
+import mmap, os, sys, time
+path = sys.argv[1]
+descriptor = os.open(path, os.O_RDONLY | os.O_DIRECT)
+buffer = mmap.mmap(-1, 1024 * 1024)  # page-aligned, as O_DIRECT needs
+began, total = time.monotonic(), 0
+while (count := os.readv(descriptor, [buffer])) > 0:
+    total += count
+print(total, time.monotonic() - began)
+"""
+
+
+@pytest.mark.skipif(NO_CGROUP is not None, reason=f"no control groups here: {NO_CGROUP}")
+def test_a_kernels_reads_past_the_page_cache_wait_at_its_groups_disk_limit(tmp_path, monkeypatch):
+    if not cgroups.hierarchy().io:
+        pytest.skip("no I/O controller (io or blkio) here, or no disk behind the files")
+    data = tmp_path / "data.bin"
+    with open(data, "wb") as handle:
+        handle.write(os.urandom(24 * 1024 * 1024))
+        handle.flush()
+        os.fsync(handle.fileno())
+    monkeypatch.setattr(cgroups, "READ_BYTES_PER_SECOND", 8 * 1024 * 1024)
+    group = cgroups.KernelGroup.create(memory_bytes=256 * 1024 * 1024, processes=8)
+    try:
+        limits = [folder / name for folder in group.folders
+                  for name in ("io.max", "blkio.throttle.read_bps_device") if (folder / name).exists()]
+        assert any(f"{8 * 1024 * 1024}" in path.read_text() for path in limits), limits
+        completed = subprocess.run([sys.executable, "-c", DIRECT_READ, str(data)], capture_output=True, text=True,
+                                   timeout=120, check=False, preexec_fn=group.join)
+        total, seconds = completed.stdout.split()
+    finally:
+        group.remove()
+    assert int(total) == 24 * 1024 * 1024, completed.stderr
+    # 24 MiB at 8 MiB/s: 3 s; the throttle lets a first slice through at once, so at least 2.5 s
+    assert float(seconds) >= 2.5, seconds
 
 
 def test_a_folder_without_the_controllers_is_refused_with_the_reason(tmp_path, monkeypatch):
@@ -387,7 +430,7 @@ def test_a_delegated_group_that_holds_the_grader_moves_it_into_a_leaf_first(tmp_
     (tmp_path / "cgroup.procs").write_text("4242\n4343\n")
     enabled = []
 
-    def enable(folder):  # cgroup v2 refuses controllers below a group that holds processes (EBUSY)
+    def enable(folder, io=False):  # cgroup v2 refuses controllers below a group that holds processes (EBUSY)
         if folder == tmp_path and not (tmp_path / cgroups.GRADER_FOLDER).exists():
             raise OSError(errno.EBUSY, "Device or resource busy")
         enabled.append(folder)
@@ -402,10 +445,18 @@ def test_a_delegated_group_that_holds_the_grader_moves_it_into_a_leaf_first(tmp_
 def test_a_group_that_holds_other_processes_is_not_taken_over(tmp_path, monkeypatch):
     (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
 
-    def refuse(folder):
+    def refuse(folder, io=False):
         raise OSError(errno.EBUSY, "Device or resource busy")
 
     monkeypatch.setattr(cgroups, "_enable_controllers", refuse)
     with pytest.raises(OSError, match="busy"):
         cgroups._v2_hierarchy(tmp_path)
     assert not (tmp_path / cgroups.GRADER_FOLDER).exists()
+
+
+def test_the_guide_gives_the_disk_limits_the_groups_get():
+    guide = (Path(__file__).resolve().parents[1] / "book" / "guide_instructors.md").read_text(encoding="utf-8")
+    mib = 1024 * 1024
+    wanted = (f"{cgroups.READ_BYTES_PER_SECOND // mib} MiB/s, {cgroups.WRITE_BYTES_PER_SECOND // mib} MiB/s and "
+              f"{cgroups.OPERATIONS_PER_SECOND:,} operations a second")
+    assert wanted in guide

@@ -7,7 +7,13 @@ kernel and every process it starts, whatever their user, session or name:
   shared memory (files in ``/dev/shm`` and ``/tmp`` are charged to the group that wrote them); swap is off;
 - processes: ``pids.max``, processes and threads together;
 - CPU: every kernel's group has the same weight (``cpu.weight`` 100 in v2, ``cpu.shares`` 1024 in v1), so a
-  kernel that starts sixty busy processes gets the same share of the cores as a neighbour that starts one.
+  kernel that starts sixty busy processes gets the same share of the cores as a neighbour that starts one;
+- disk I/O, where the ``io`` (v2) or ``blkio`` (v1) controller is there: reads and writes that reach the
+  disks behind the system, the Python installation, the course and the temporary folder (each whole disk:
+  :func:`throttled_devices`) at most :data:`READ_BYTES_PER_SECOND`, :data:`WRITE_BYTES_PER_SECOND` and
+  :data:`OPERATIONS_PER_SECOND` each way (``io.max``, ``blkio.throttle.*``). Reads from the page cache are
+  not counted; a kernel that reads past it (``O_DIRECT``, or files larger than its memory read again and
+  again) waits instead of taking the disk from its neighbours.
 
 Where the groups live: under the grader's own group in each hierarchy (``/proc/self/cgroup``), or under
 ``AUTOGRADER_CGROUP``: a cgroup v2 folder delegated to the grader's user, or ``self`` when the grader's own
@@ -31,17 +37,57 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 DELEGATED_VARIABLE = "AUTOGRADER_CGROUP"
-CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = ("memory", "pids", "cpu")  # required
+IO_CONTROLLERS = {2: "io", 1: "blkio"}  # used where there
+READ_BYTES_PER_SECOND = 64 * 1024 * 1024  # a kernel's disk reads (cold imports of torch: seconds, once per boot)
+WRITE_BYTES_PER_SECOND = 32 * 1024 * 1024
+OPERATIONS_PER_SECOND = 1000
 KERNELS_FOLDER = "autograder-kernels"
 GRADER_FOLDER = "autograder-grader"
 
 
 @dataclass(frozen=True)
 class Hierarchy:
-    """Where kernel groups are made: one folder per controller (v1) or one folder for all (v2)."""
+    """Where kernel groups are made: one folder per controller (v1: :data:`CONTROLLERS`, then ``blkio`` when
+    ``io``) or one folder for all (v2); ``io``: whether the I/O controller is there."""
 
     version: int
     parents: tuple[Path, ...]
+    io: bool = False
+
+
+def _whole_disk(device: int) -> str | None:
+    """``MAJ:MIN`` of the whole disk that holds the block device ``device`` (itself, or a partition's disk);
+    None for a file system on no block device (tmpfs, overlay)."""
+    major, minor = os.major(device), os.minor(device)
+    if major == 0:
+        return None
+    block = Path(f"/sys/dev/block/{major}:{minor}")
+    try:
+        block = block.resolve(strict=True)
+        disk = block.parent if (block / "partition").exists() else block
+        return (disk / "dev").read_text().strip()
+    except OSError:
+        return None
+
+
+@functools.cache
+def throttled_devices() -> tuple[str, ...]:
+    """The disks a kernel reads from and writes to, as ``MAJ:MIN``: those behind ``/``, the Python installation,
+    the course and the temporary folder."""
+    import sys
+    import tempfile
+
+    paths = ["/", sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]), tempfile.gettempdir()]
+    found = set()
+    for path in paths:
+        try:
+            disk = _whole_disk(os.stat(os.path.realpath(path)).st_dev)
+        except OSError:
+            continue
+        if disk is not None:
+            found.add(disk)
+    return tuple(sorted(found))
 
 
 def _own_paths() -> dict[str, str]:
@@ -54,8 +100,8 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
-def _enable_controllers(folder: Path) -> None:
-    wanted = " ".join(f"+{name}" for name in CONTROLLERS)
+def _enable_controllers(folder: Path, io: bool = False) -> None:
+    wanted = " ".join(f"+{name}" for name in (*CONTROLLERS, *(["io"] if io else [])))
     (folder / "cgroup.subtree_control").write_text(wanted)
 
 
@@ -71,8 +117,9 @@ def _v2_hierarchy(base: Path, *, move_own: bool = False) -> Hierarchy:
     missing = [name for name in CONTROLLERS if name not in available]
     if missing:
         raise OSError(f"the cgroup v2 folder {base} does not offer the controller(s) {', '.join(missing)}")
+    io = "io" in available and bool(throttled_devices())
     try:
-        _enable_controllers(base)
+        _enable_controllers(base, io)
     except OSError as error:
         if not (move_own and error.errno == errno.EBUSY):
             raise
@@ -80,11 +127,11 @@ def _v2_hierarchy(base: Path, *, move_own: bool = False) -> Hierarchy:
         leaf.mkdir(exist_ok=True)
         for pid in (base / "cgroup.procs").read_text().split():
             (leaf / "cgroup.procs").write_text(pid)
-        _enable_controllers(base)
+        _enable_controllers(base, io)
     kernels = base / KERNELS_FOLDER
     kernels.mkdir(exist_ok=True)
-    _enable_controllers(kernels)
-    return Hierarchy(2, (kernels,))
+    _enable_controllers(kernels, io)
+    return Hierarchy(2, (kernels,), io)
 
 
 def _v1_hierarchy(own: dict[str, str]) -> Hierarchy:
@@ -96,7 +143,13 @@ def _v1_hierarchy(own: dict[str, str]) -> Hierarchy:
         parent = mount / own[controller].lstrip("/") / KERNELS_FOLDER
         parent.mkdir(exist_ok=True)
         parents.append(parent)
-    return Hierarchy(1, tuple(parents))
+    blkio = ROOT / "blkio"
+    io = "blkio" in own and (blkio / "blkio.throttle.read_bps_device").exists() and bool(throttled_devices())
+    if io:
+        parent = blkio / own["blkio"].lstrip("/") / KERNELS_FOLDER
+        parent.mkdir(exist_ok=True)
+        parents.append(parent)
+    return Hierarchy(1, tuple(parents), io)
 
 
 @functools.cache
@@ -144,6 +197,7 @@ class KernelGroup:
 
     version: int
     folders: tuple[Path, ...]
+    io: bool = False  # the I/O controller is there: disk reads and writes are throttled
 
     @classmethod
     def create(cls, *, memory_bytes: int, processes: int) -> KernelGroup:
@@ -155,7 +209,7 @@ class KernelGroup:
         folders = tuple(parent / name for parent in found.parents)
         for folder in folders:
             folder.mkdir()
-        group = cls(found.version, folders)
+        group = cls(found.version, folders, found.io)
         try:
             group._write_limits(memory_bytes, processes)
         except OSError:
@@ -167,11 +221,11 @@ class KernelGroup:
         """A group inside this one, with limits of its own (0: none but this one's); OSError if it cannot be
         made. cgroup v2 hands the controllers down to it; a group with children holds no process itself."""
         if self.version == 2:
-            _enable_controllers(self.folders[0])
+            _enable_controllers(self.folders[0], self.io)
         folders = tuple(folder / name for folder in self.folders)
         for folder in folders:
             folder.mkdir()
-        group = KernelGroup(self.version, folders)
+        group = KernelGroup(self.version, folders, self.io)
         try:
             group._write_limits(memory_bytes, processes)
         except OSError:
@@ -183,7 +237,8 @@ class KernelGroup:
         if self.version == 2:
             return self.folders[0] / v2_name
         controller = v1_name.split(".", 1)[0]
-        return self.folders[CONTROLLERS.index(controller)] / v1_name
+        index = len(CONTROLLERS) if controller == "blkio" else CONTROLLERS.index(controller)
+        return self.folders[index] / v1_name
 
     def _write_limits(self, memory_bytes: int, processes: int) -> None:
         if memory_bytes:
@@ -194,6 +249,20 @@ class KernelGroup:
         if processes:
             self._file("pids.max", "pids.max").write_text(str(processes))
         self._file("cpu.weight", "cpu.shares").write_text("100" if self.version == 2 else "1024")
+        if self.io:
+            self._write_io_limits()
+
+    def _write_io_limits(self) -> None:
+        for device in throttled_devices():
+            if self.version == 2:
+                self.folders[0].joinpath("io.max").write_text(
+                    f"{device} rbps={READ_BYTES_PER_SECOND} wbps={WRITE_BYTES_PER_SECOND} "
+                    f"riops={OPERATIONS_PER_SECOND} wiops={OPERATIONS_PER_SECOND}")
+                continue
+            for name, value in (("read_bps_device", READ_BYTES_PER_SECOND), ("write_bps_device", WRITE_BYTES_PER_SECOND),
+                                ("read_iops_device", OPERATIONS_PER_SECOND),
+                                ("write_iops_device", OPERATIONS_PER_SECOND)):
+                self._file("", f"blkio.throttle.{name}").write_text(f"{device} {value}")
 
     def join(self, pid: int = 0) -> None:
         """Move process ``pid`` (0: this one) into the group; its children will be born there."""
