@@ -123,14 +123,75 @@ def submitted_timestamp(folder: Path) -> datetime.datetime | None:
         return None
 
 
-def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | None = None) -> None:
+def answer_digests(notebook: Path, grade_ids: Iterable[str]) -> dict[str, str]:
+    """SHA-256 of the source of each cell of ``notebook`` (the autograded notebook, as the formgrader shows
+    it) whose nbgrader ``grade_id`` is in ``grade_ids``; a cell that is missing or unreadable is left out."""
+    import hashlib
+    import json
+
+    wanted = set(grade_ids)
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    digests = {}
+    for cell in cells if isinstance(cells, list) else []:
+        grade_id = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id") if isinstance(cell, dict) else None
+        if grade_id in wanted:
+            source = cell.get("source", "")
+            text = "".join(source) if isinstance(source, list) else str(source)
+            digests[grade_id] = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return digests
+
+
+class HandGradedAnswers:
+    """The digest of every written answer as ``grade`` last recorded it (``<out>/.autograder-answers``), so that a
+    hand grade stays with the answer it was given to (:func:`record`)."""
+
+    FOLDER = ".autograder-answers"
+
+    def __init__(self, out: Path) -> None:
+        self.root = out / self.FOLDER
+
+    def _file(self, student: str, assignment: str) -> Path:
+        return self.root / student / f"{assignment}.json"
+
+    def load(self, student: str, assignment: str) -> dict[str, str] | None:
+        """The digests recorded for this submission, or None when none were (a folder from before they were)."""
+        import json
+
+        try:
+            digests = json.loads(self._file(student, assignment).read_text())
+        except (OSError, ValueError):
+            return None
+        return {str(key): str(value) for key, value in digests.items()} if isinstance(digests, dict) else None
+
+    def save(self, student: str, assignment: str, digests: dict[str, str]) -> None:
+        import json
+
+        path = self._file(student, assignment)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(digests, sort_keys=True))
+        partial.replace(path)
+
+
+def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | None = None, *,
+           answers: dict[str, str] | None = None, graded: dict[str, str] | None = None) -> list[str]:
     """Write one submission's grades: every item's automatic score, or that it waits for an instructor.
 
     A written answer still to be graded by hand has no automatic score and needs a manual grade, as after
-    ``nbgrader autograde``, unless an instructor already gave it one; every other item gets its score (0 for
-    a submission that could not be graded). The submission gets ``timestamp`` (:func:`submitted_timestamp`:
-    None where the submission came with none), as ``nbgrader autograde`` gives it, so that the formgrader
-    reads it as autograded.
+    ``nbgrader autograde``, unless an instructor already gave it one -- to this answer: when ``answers`` (the
+    digests of the graded cells now, :func:`answer_digests`) and ``graded`` (as last recorded,
+    :class:`HandGradedAnswers`) differ for an item that has a manual score, the score was given to an earlier
+    answer, and is removed (the instructor's comment stays): a written answer waits for a hand grade again,
+    one left blank gets the grader's 0. Every
+    other item gets its score (0 for a submission that could not be graded). The submission gets
+    ``timestamp`` (:func:`submitted_timestamp`: None where the submission came with none), as ``nbgrader
+    autograde`` gives it, so that the formgrader reads it as autograded.
+
+    Returns:
+        The grade ids whose hand grade was removed, with the score it was, as ``"grade_id (score)"``.
     """
     from sqlalchemy.exc import SAWarning
 
@@ -140,13 +201,20 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
         # reports while autoflushing; the rows are added all the same (the tests read them back).
         warnings.filterwarnings("ignore", "Object of type", SAWarning)
         gradebook.update_or_create_submission(result.assignment, result.student, timestamp=timestamp)
+    removed = []
     for item in result.items:
         grade = gradebook.find_grade(item.grade_id, result.assignment, result.assignment, result.student)
+        before = (graded or {}).get(item.grade_id)
+        changed = answers is not None and before is not None and answers.get(item.grade_id) != before
+        if changed and grade.manual_score is not None:  # also an answer now left blank, which scores 0 itself
+            removed.append(f"{item.grade_id} ({float(grade.manual_score):g})")
+            grade.manual_score = grade.extra_credit = None
         if item.status == MANUAL_STATUS:
             grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
         else:
             grade.auto_score, grade.needs_manual_grade = float(item.score), False
     gradebook.db.commit()
+    return removed
 
 
 def submission_times(gradebook: Gradebook, results: Iterable[Result]) -> dict[tuple[str, str], tuple[str, str]]:

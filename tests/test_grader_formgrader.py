@@ -219,6 +219,39 @@ def test_grading_again_and_regrading_keep_a_hand_grade_in_every_output(tmp_path)
     _check_hand_grade_everywhere(out)
 
 
+def test_a_hand_grade_stays_with_the_answer_it_was_given_to(tmp_path):
+    from nbgrader.api import Gradebook
+
+    submissions, out = tmp_path / "class", tmp_path / "graded"
+    write_full_and_mistakes(submissions, ASSIGNMENT)
+    _grade(submissions, out, "--jobs", "2")
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full")
+        grade.manual_score, grade.needs_manual_grade = HAND_POINTS, False
+        gradebook.find_comment(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full").manual_comment = COMMENT
+        gradebook.db.commit()
+    answers = solutions(ASSIGNMENT)
+    answers["bias_answer"] += "\n# checked again"  # another cell changed: the written answer's grade stays
+    write_submission(submissions, "full", ASSIGNMENT, filled(ASSIGNMENT, answers))
+    _grade(submissions, out, "--jobs", "2")
+    assert _hand_grade(out, "full") == (HAND_POINTS, False, COMMENT)
+    assert _scores(out)["full"] == AUTOGRADED_POINTS["full"] + HAND_POINTS
+    answers[WRITTEN] = "YOUR ANSWER HERE"  # the answer the grade was given to is gone
+    write_submission(submissions, "full", ASSIGNMENT, filled(ASSIGNMENT, answers))
+    _grade(submissions, out, "--jobs", "2")
+    assert _hand_grade(out, "full")[::2] == (None, COMMENT)  # the comment stays, the score is gone
+    assert _scores(out)["full"] == AUTOGRADED_POINTS["full"]  # the blank answer gets the grader's 0
+    assert _item(out, "full", WRITTEN)["status"] != "hand-graded"
+    report = (out / "report.txt").read_text(encoding="utf-8")
+    assert (f"- full/{ASSIGNMENT}: the answer of {WRITTEN} ({HAND_POINTS:g}) changed since its hand grade, which "
+            "was given to the earlier answer and is removed: it waits for a new one") in report
+    answers[WRITTEN] = "The bias depends on the distance only, now in other words."  # a new written answer
+    write_submission(submissions, "full", ASSIGNMENT, filled(ASSIGNMENT, answers))
+    _grade(submissions, out, "--jobs", "2")
+    assert _hand_grade(out, "full") == (None, True, COMMENT)  # waits for the instructor
+    assert _item(out, "full", WRITTEN)["status"] == "manual"
+
+
 def test_the_feedback_command_names_a_folder_that_grade_did_not_write(tmp_path):
     completed = run_module("autograder", "feedback", "--out", str(tmp_path), timeout=120)
     assert completed.returncode == 2

@@ -184,8 +184,8 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
                           "api/contents/autograded/..%2Fsubmitted",
                           f"formgrader/submissions/{submission}/..%2F..%2F..%2Fgradebook.db",
                           f"formgrader/submissions/{submission}/../../../gradebook.db",
-                          f"formgrader/submissions/{submission}/%2e%2e/%2e%2e/%2e%2e/submitted/{STUDENT}/{ASSIGNMENT}/"
-                          "figure.png",
+                          (f"formgrader/submissions/{submission}/%2e%2e/%2e%2e/%2e%2e/submitted/{STUDENT}/{ASSIGNMENT}/"
+                           "figure.png"),
                           f"files/autograded/..%2Fsubmitted/{STUDENT}/{ASSIGNMENT}/figure.html",
                           f"files/autograded/../submitted/{STUDENT}/{ASSIGNMENT}/figure.html",
                           f"files/source/%2E%2E/submitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"):
