@@ -382,6 +382,7 @@ def grade(
         write_csvs(results, staging, times)
         write_report(results, warnings_found, staging, labels)
         _publish(staging, out)
+        Records(out).save_batch(results)  # what feedback reports: these submissions, no earlier one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if not_graded := not_graded_lines(results, unread):

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from autograder.types import Item, Result
@@ -84,14 +85,31 @@ class Records:
                 shutil.copyfile(folder / name, target)
         return result
 
+    def save_batch(self, results: Iterable[Result]) -> None:
+        """Note which submissions the last ``grade`` into this folder reported (``batch.json``): what it wrote
+        into ``grades.csv``, which :meth:`kept` then keeps to."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        pairs = sorted({(result.student, result.assignment) for result in results})
+        partial = self.root / "batch.json.partial"
+        partial.write_text(json.dumps([list(pair) for pair in pairs]))
+        partial.replace(self.root / "batch.json")
+
     def kept(self) -> list[Result]:
-        """Every result kept here, whatever its key (the last grade of each submission into this folder)."""
+        """The result kept here of every submission the last ``grade`` reported (:meth:`save_batch`): a
+        submission graded earlier and left out since (taken out of the class folder, or a folder that holds no
+        notebook any more) is not brought back. In a folder whose last grade noted no batch, every result."""
+        try:
+            batch = {tuple(pair) for pair in json.loads((self.root / "batch.json").read_text())}
+        except (OSError, ValueError, TypeError):
+            batch = None
         results = []
         for path in sorted(self.root.glob("*/*/result.json")):
             try:
-                results.append(result_from_json(json.loads(path.read_text())["result"]))
+                result = result_from_json(json.loads(path.read_text())["result"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
+            if batch is None or (result.student, result.assignment) in batch:
+                results.append(result)
         return results
 
     def file(self, result: Result, name: str) -> Path:

@@ -31,6 +31,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -250,6 +251,11 @@ def test_a_hand_grade_stays_with_the_answer_it_was_given_to(tmp_path):
     _grade(submissions, out, "--jobs", "2")
     assert _hand_grade(out, "full") == (None, True, COMMENT)  # waits for the instructor
     assert _item(out, "full", WRITTEN)["status"] == "manual"
+    shutil.rmtree(submissions / "mistakes")  # taken out of the class: feedback does not bring it back
+    _grade(submissions, out, "--jobs", "2")
+    graded_scores = _scores(out)
+    _feedback(out)
+    assert _scores(out) == graded_scores and set(graded_scores) == {"full"}
 
 
 def test_the_feedback_command_names_a_folder_that_grade_did_not_write(tmp_path):

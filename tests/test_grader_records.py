@@ -56,6 +56,17 @@ def test_a_verdict_is_kept_and_reused_with_its_files(tmp_path):
     assert (tmp_path / "second" / "feedback.html").read_text() == "<p>2 of 5</p>"
 
 
+def test_only_the_submissions_of_the_last_batch_are_kept_for_feedback(tmp_path):
+    records = Records(tmp_path / "out")
+    for student in ("s1", "s2"):
+        records.save(_verdict(student), KEY, _files(tmp_path / student, "<p>page</p>"))
+    assert [result.student for result in records.kept()] == ["s1", "s2"]  # no batch noted: every result
+    records.save_batch([_verdict("s2")])  # the last grade left s1 out (its folder taken out of the class)
+    assert [result.student for result in records.kept()] == ["s2"]
+    records.save_batch([_verdict("s1"), _verdict("s2")])
+    assert [result.student for result in records.kept()] == ["s1", "s2"]
+
+
 def test_a_grader_failure_is_not_reused(tmp_path):
     records = Records(tmp_path / "out")
     records.save(_failure(), KEY, _files(tmp_path / "first", "<p>not graded</p>"))
