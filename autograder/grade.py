@@ -473,7 +473,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
             "cgroup": cgroup_problem is None,
         }
         deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records,
-                           HandGradedAnswers(out))
+                           HandGradedAnswers(out, version))
         try:
             tasks = []
             for index, submission in enumerate(collection.submissions):

@@ -145,25 +145,32 @@ def answer_digests(notebook: Path, grade_ids: Iterable[str]) -> dict[str, str]:
 
 
 class HandGradedAnswers:
-    """The digest of every written answer as ``grade`` last recorded it (``<out>/.autograder-answers``), so that a
-    hand grade stays with the answer it was given to (:func:`record`)."""
+    """The digest of every graded cell as ``grade`` last recorded it (``<out>/.autograder-answers``), so that a
+    hand grade stays with the answer it was given to (:func:`record`). The digests are of the autograded
+    notebook, which the course's code rebuilds: they are compared only under the course version that recorded
+    them (a new version of the course may rebuild the same answer otherwise, and no hand grade is lost to it)."""
 
     FOLDER = ".autograder-answers"
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, version: str) -> None:
         self.root = out / self.FOLDER
+        self.version = version
 
     def _file(self, student: str, assignment: str) -> Path:
         return self.root / student / f"{assignment}.json"
 
     def load(self, student: str, assignment: str) -> dict[str, str] | None:
-        """The digests recorded for this submission, or None when none were (a folder from before they were)."""
+        """The digests recorded for this submission under this course version, or None (none recorded, or under
+        another version)."""
         import json
 
         try:
-            digests = json.loads(self._file(student, assignment).read_text())
+            record = json.loads(self._file(student, assignment).read_text())
         except (OSError, ValueError):
             return None
+        if not isinstance(record, dict) or record.get("course") != self.version:
+            return None
+        digests = record.get("digests")
         return {str(key): str(value) for key, value in digests.items()} if isinstance(digests, dict) else None
 
     def save(self, student: str, assignment: str, digests: dict[str, str]) -> None:
@@ -172,7 +179,7 @@ class HandGradedAnswers:
         path = self._file(student, assignment)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(digests, sort_keys=True))
+        partial.write_text(json.dumps({"course": self.version, "digests": digests}, sort_keys=True))
         partial.replace(path)
 
 

@@ -182,3 +182,19 @@ def test_a_submission_whose_worker_died_is_graded_again(tmp_path, monkeypatch):
     records = Records(tmp_path / "out")
     records.save(delivered[0], KEY, {"feedback.html": tmp_path / "feedback" / "s1" / "01_permutation.html"})
     assert records.load("s1", "01_permutation", KEY, {}) is None
+
+
+def test_answer_digests_are_compared_only_under_the_course_version_that_recorded_them(tmp_path):
+    from autograder.gradebook import HandGradedAnswers, answer_digests
+
+    notebook = tmp_path / "autograded.ipynb"
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "markdown", "metadata": {"nbgrader": {"grade_id": "written"}}, "source": ["An ", "answer"]},
+        {"cell_type": "code", "metadata": {}, "source": "x = 1"}]}))
+    digests = answer_digests(notebook, ["written", "absent"])
+    assert set(digests) == {"written"} and len(digests["written"]) == 64
+    assert answer_digests(tmp_path / "missing.ipynb", ["written"]) == {}
+    HandGradedAnswers(tmp_path / "out", "version-1").save("s1", "04_relative", digests)
+    assert HandGradedAnswers(tmp_path / "out", "version-1").load("s1", "04_relative") == digests
+    assert HandGradedAnswers(tmp_path / "out", "version-2").load("s1", "04_relative") is None  # rebuilt otherwise
+    assert HandGradedAnswers(tmp_path / "out", "version-1").load("s2", "04_relative") is None
