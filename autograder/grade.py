@@ -72,7 +72,6 @@ from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
 from autograder.gradebook import (
-    HandGradedAnswers,
     answer_digests,
     copy_assignments,
     open_gradebook,
@@ -184,14 +183,14 @@ class Delivery:
 
     def __init__(
         self, gradebook, report: Callable[[Result], None], total: int, progress: bool, records: Records,
-        answers: HandGradedAnswers | None = None,
+        course: str | None = None,
     ) -> None:
         from tqdm import tqdm
 
         self.gradebook = gradebook
         self.report = report
         self.records = records
-        self.answers = answers
+        self.course = course  # the course version the answers' digests are recorded under
         self.keys: dict[tuple[str, str], tuple[str, dict[str, Path]]] = {}  # (student, assignment) -> key, files
         self.results: list[Result] = []
         self.warnings: list[str] = []
@@ -201,17 +200,16 @@ class Delivery:
         kept = self.keys.get((result.student, result.assignment))
         # the nbgrader files that came with the submission were copied beside its autograded notebook
         timestamp = submitted_timestamp(kept[1]["autograded.ipynb"].parent) if kept is not None else None
+        notebook = kept[1]["autograded.ipynb"] if kept is not None else None
         graded_cells = [item.grade_id for item in result.items]
-        answers = answer_digests(kept[1]["autograded.ipynb"], graded_cells) if kept is not None and graded_cells else None
-        graded = self.answers.load(result.student, result.assignment) if self.answers and answers else None
+        # no notebook (the submission could not be graded): no answer now, so no hand grade carries over
+        answers = answer_digests(notebook, graded_cells) if notebook is not None and notebook.is_file() else {}
         try:
-            removed = record(self.gradebook, result, timestamp, answers=answers, graded=graded)
+            removed = record(self.gradebook, result, timestamp, answers=answers, course=self.course)
             if removed:
                 self.warnings.append(
                     f"{result.student}/{result.assignment}: the answer of {', '.join(removed)} changed since its "
                     "hand grade, which was given to the earlier answer and is removed: it waits for a new one")
-            if self.answers and answers is not None:
-                self.answers.save(result.student, result.assignment, {**(graded or {}), **answers})
         except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
             self.gradebook.db.rollback()
             self.warnings.append(
@@ -473,7 +471,7 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
             "cgroup": cgroup_problem is None,
         }
         deliver = Delivery(class_gradebook, options.report, len(collection.submissions), options.progress, records,
-                           HandGradedAnswers(out, version))
+                           version)
         try:
             tasks = []
             for index, submission in enumerate(collection.submissions):

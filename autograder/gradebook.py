@@ -144,58 +144,62 @@ def answer_digests(notebook: Path, grade_ids: Iterable[str]) -> dict[str, str]:
     return digests
 
 
-class HandGradedAnswers:
-    """The digest of every graded cell as ``grade`` last recorded it (``<out>/.autograder-answers``), so that a
-    hand grade stays with the answer it was given to (:func:`record`). The digests are of the autograded
-    notebook, which the course's code rebuilds: they are compared only under the course version that recorded
-    them (a new version of the course may rebuild the same answer otherwise, and no hand grade is lost to it)."""
+ANSWER_DIGESTS_TABLE = "autograder_answer_digests"
 
-    FOLDER = ".autograder-answers"
 
-    def __init__(self, out: Path, version: str) -> None:
-        self.root = out / self.FOLDER
-        self.version = version
+@functools.cache
+def _digest_table():
+    from sqlalchemy import Column, MetaData, String, Table
 
-    def _file(self, student: str, assignment: str) -> Path:
-        return self.root / student / f"{assignment}.json"
+    return Table(
+        ANSWER_DIGESTS_TABLE, MetaData(),
+        Column("student", String(128), primary_key=True), Column("assignment", String(128), primary_key=True),
+        Column("grade_id", String(128), primary_key=True), Column("course", String(64), nullable=False),
+        Column("digest", String(64), nullable=False),
+    )
 
-    def load(self, student: str, assignment: str) -> dict[str, str] | None:
-        """The digests recorded for this submission under this course version, or None (none recorded, or under
-        another version)."""
-        import json
 
-        try:
-            record = json.loads(self._file(student, assignment).read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(record, dict) or record.get("course") != self.version:
-            return None
-        digests = record.get("digests")
-        return {str(key): str(value) for key, value in digests.items()} if isinstance(digests, dict) else None
+def recorded_digests(gradebook: Gradebook, student: str, assignment: str, course: str) -> dict[str, str]:
+    """The digest of each graded cell of this submission as ``grade`` last recorded it under the course version
+    ``course``: a table of the course's own in the gradebook, beside the hand grades it protects (a gradebook
+    shared by several output folders shares them). The digests are of the autograded notebook, which the
+    course's code rebuilds: another version of the course may rebuild the same answer otherwise, so they are
+    compared under the version that recorded them only, and no hand grade is lost to an update."""
+    from sqlalchemy import select
 
-    def save(self, student: str, assignment: str, digests: dict[str, str]) -> None:
-        import json
+    table = _digest_table()
+    table.create(gradebook.engine, checkfirst=True)
+    rows = gradebook.db.execute(select(table.c.grade_id, table.c.digest).where(
+        table.c.student == student, table.c.assignment == assignment, table.c.course == course))
+    return {grade_id: digest for grade_id, digest in rows}
 
-        path = self._file(student, assignment)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps({"course": self.version, "digests": digests}, sort_keys=True))
-        partial.replace(path)
+
+def _store_digests(gradebook: Gradebook, student: str, assignment: str, course: str, digests: dict[str, str]) -> None:
+    from sqlalchemy import delete, insert
+
+    table = _digest_table()
+    for grade_id, digest in digests.items():
+        gradebook.db.execute(delete(table).where(table.c.student == student, table.c.assignment == assignment,
+                                                 table.c.grade_id == grade_id))
+        gradebook.db.execute(insert(table).values(student=student, assignment=assignment, grade_id=grade_id,
+                                                  course=course, digest=digest))
 
 
 def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | None = None, *,
-           answers: dict[str, str] | None = None, graded: dict[str, str] | None = None) -> list[str]:
+           answers: dict[str, str] | None = None, course: str | None = None) -> list[str]:
     """Write one submission's grades: every item's automatic score, or that it waits for an instructor.
 
     A written answer still to be graded by hand has no automatic score and needs a manual grade, as after
-    ``nbgrader autograde``, unless an instructor already gave it one -- to this answer: when ``answers`` (the
-    digests of the graded cells now, :func:`answer_digests`) and ``graded`` (as last recorded,
-    :class:`HandGradedAnswers`) differ for an item that has a manual score, the score was given to an earlier
-    answer, and is removed (the instructor's comment stays): a written answer waits for a hand grade again,
-    one left blank gets the grader's 0. Every
-    other item gets its score (0 for a submission that could not be graded). The submission gets
-    ``timestamp`` (:func:`submitted_timestamp`: None where the submission came with none), as ``nbgrader
-    autograde`` gives it, so that the formgrader reads it as autograded.
+    ``nbgrader autograde``, unless an instructor already gave it one -- to this answer. ``answers``: the
+    digest of each graded cell of the notebook the formgrader shows now (:func:`answer_digests`; an empty
+    dict when the submission could not be graded and has none), kept in the gradebook's own table
+    (:func:`recorded_digests`) under the course version ``course``. When an item has a manual score and its
+    digest recorded earlier differs from the one now, or there is none now, the score was given to an earlier
+    answer and is removed (the instructor's comment stays): a written answer waits for a hand grade again, one
+    left blank or a notebook that could not be graded gets the grader's 0. A grader's failure changes no hand
+    grade and records no digest. Every other item gets its score (0 for a submission that could not be
+    graded). The submission gets ``timestamp`` (:func:`submitted_timestamp`: None where the submission came
+    with none), as ``nbgrader autograde`` gives it, so that the formgrader reads it as autograded.
 
     Returns:
         The grade ids whose hand grade was removed, with the score it was, as ``"grade_id (score)"``.
@@ -208,11 +212,13 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
         # reports while autoflushing; the rows are added all the same (the tests read them back).
         warnings.filterwarnings("ignore", "Object of type", SAWarning)
         gradebook.update_or_create_submission(result.assignment, result.student, timestamp=timestamp)
+    checked = answers is not None and course is not None and not result.grader_failure
+    graded = recorded_digests(gradebook, result.student, result.assignment, course) if checked else {}
     removed = []
     for item in result.items:
         grade = gradebook.find_grade(item.grade_id, result.assignment, result.assignment, result.student)
-        before = (graded or {}).get(item.grade_id)
-        changed = answers is not None and before is not None and answers.get(item.grade_id) != before
+        before = graded.get(item.grade_id)
+        changed = checked and before is not None and answers.get(item.grade_id) != before
         if changed and grade.manual_score is not None:  # also an answer now left blank, which scores 0 itself
             removed.append(f"{item.grade_id} ({float(grade.manual_score):g})")
             grade.manual_score = grade.extra_credit = None
@@ -220,6 +226,8 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
             grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
         else:
             grade.auto_score, grade.needs_manual_grade = float(item.score), False
+    if checked:
+        _store_digests(gradebook, result.student, result.assignment, course, answers)
     gradebook.db.commit()
     return removed
 
@@ -258,6 +266,8 @@ def with_hand_grades(gradebook: Gradebook, result: Result) -> Result:
 
     from autograder.types import Item
 
+    if result.reason is not None:  # nothing was graded: a hand grade was given to another notebook
+        return result
     try:
         submitted = gradebook.find_submission_notebook(result.assignment, result.assignment, result.student)
     except MissingEntry:

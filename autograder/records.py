@@ -25,6 +25,7 @@ from pathlib import Path
 from autograder.types import Item, Result
 
 FOLDER = ".autograder-records"
+BATCH = ".autograder-batch.json"  # beside FOLDER, in the output folder
 # How the grader's failures began their reasons before results said so (``grader_failure``): a record written
 # then with one of these reasons is a failure too.
 OLD_GRADER_FAILURES = (
@@ -86,22 +87,30 @@ class Records:
         return result
 
     def save_batch(self, results: Iterable[Result]) -> None:
-        """Note which submissions the last ``grade`` into this folder reported (``batch.json``): what it wrote
+        """Note which submissions the last ``grade`` into this folder reported (:data:`BATCH`, beside the
+        records: the records' folder holds one folder per student id, which a student names): what it wrote
         into ``grades.csv``, which :meth:`kept` then keeps to."""
-        self.root.mkdir(parents=True, exist_ok=True)
         pairs = sorted({(result.student, result.assignment) for result in results})
-        partial = self.root / "batch.json.partial"
+        batch = self.root.parent / BATCH
+        partial = batch.with_name(BATCH + ".partial")
         partial.write_text(json.dumps([list(pair) for pair in pairs]))
-        partial.replace(self.root / "batch.json")
+        partial.replace(batch)
 
     def kept(self) -> list[Result]:
         """The result kept here of every submission the last ``grade`` reported (:meth:`save_batch`): a
         submission graded earlier and left out since (taken out of the class folder, or a folder that holds no
-        notebook any more) is not brought back. In a folder whose last grade noted no batch, every result."""
+        notebook any more) is not brought back. In a folder whose last grade noted no batch, every result.
+
+        Raises:
+            ValueError: the batch file is there but cannot be read as one.
+        """
+        path = self.root.parent / BATCH
         try:
-            batch = {tuple(pair) for pair in json.loads((self.root / "batch.json").read_text())}
-        except (OSError, ValueError, TypeError):
+            batch = {tuple(pair) for pair in json.loads(path.read_text())}
+        except FileNotFoundError:
             batch = None
+        except (OSError, ValueError, TypeError) as error:
+            raise ValueError(f"{path} cannot be read ({type(error).__name__}); grade into the folder again") from error
         results = []
         for path in sorted(self.root.glob("*/*/result.json")):
             try:

@@ -237,6 +237,17 @@ def test_a_hand_grade_stays_with_the_answer_it_was_given_to(tmp_path):
     _grade(submissions, out, "--jobs", "2")
     assert _hand_grade(out, "full") == (HAND_POINTS, False, COMMENT)
     assert _scores(out)["full"] == AUTOGRADED_POINTS["full"] + HAND_POINTS
+    notebook = submissions / "full" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook.write_text("{ this is not a notebook")  # nothing to grade: the hand grade does not carry over
+    _grade(submissions, out, "--jobs", "2")
+    assert _hand_grade(out, "full")[::2] == (None, COMMENT) and _scores(out)["full"] == 0.0
+    write_submission(submissions, "full", ASSIGNMENT, filled(ASSIGNMENT, answers))  # the graded answer again
+    _grade(submissions, out, "--jobs", "2")
+    assert _hand_grade(out, "full") == (None, True, COMMENT)  # it waits: the instructor grades it again
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}", course_id="posenc") as gradebook:
+        grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "full")
+        grade.manual_score, grade.needs_manual_grade = HAND_POINTS, False
+        gradebook.db.commit()
     answers[WRITTEN] = "YOUR ANSWER HERE"  # the answer the grade was given to is gone
     write_submission(submissions, "full", ASSIGNMENT, filled(ASSIGNMENT, answers))
     _grade(submissions, out, "--jobs", "2")

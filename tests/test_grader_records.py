@@ -65,6 +65,13 @@ def test_only_the_submissions_of_the_last_batch_are_kept_for_feedback(tmp_path):
     assert [result.student for result in records.kept()] == ["s2"]
     records.save_batch([_verdict("s1"), _verdict("s2")])
     assert [result.student for result in records.kept()] == ["s1", "s2"]
+    # a student named like the grader's files cannot take their place: the batch lies outside the records
+    records.save(_verdict("batch.json"), KEY, _files(tmp_path / "b", "<p>page</p>"))
+    records.save_batch([_verdict("s2"), _verdict("batch.json")])
+    assert [result.student for result in records.kept()] == ["batch.json", "s2"]
+    (tmp_path / "out" / ".autograder-batch.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot be read"):
+        records.kept()
 
 
 def test_a_grader_failure_is_not_reused(tmp_path):
@@ -184,8 +191,61 @@ def test_a_submission_whose_worker_died_is_graded_again(tmp_path, monkeypatch):
     assert records.load("s1", "01_permutation", KEY, {}) is None
 
 
-def test_answer_digests_are_compared_only_under_the_course_version_that_recorded_them(tmp_path):
-    from autograder.gradebook import HandGradedAnswers, answer_digests
+def _gradebook_with_a_written_answer(tmp_path, monkeypatch):
+    import sys
+
+    from nbgrader.api import Gradebook
+
+    # nbgrader makes a new gradebook with the alembic program installed beside this interpreter
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+    gradebook = Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}", course_id="posenc")
+    gradebook.add_assignment("04_relative")
+    gradebook.add_notebook("04_relative", "04_relative")
+    gradebook.add_grade_cell("written", "04_relative", "04_relative", max_score=3.0, cell_type="markdown")
+    gradebook.add_student("s1")
+    gradebook.add_submission("04_relative", "s1")
+    return gradebook
+
+
+def _hand_grade(gradebook, score):
+    grade = gradebook.find_grade("written", "04_relative", "04_relative", "s1")
+    grade.manual_score, grade.needs_manual_grade = score, False
+    gradebook.db.commit()
+
+
+def _written(reason=None, grader_failure=False) -> Result:
+    status = "not graded" if reason else "manual"
+    return Result("s1", "04_relative", [Item("written", 0.0, 3.0, status)], [], reason, grader_failure)
+
+
+def test_a_hand_grade_is_removed_when_its_answer_changes_or_is_gone_and_kept_otherwise(tmp_path, monkeypatch):
+    from autograder.gradebook import record
+
+    gradebook = _gradebook_with_a_written_answer(tmp_path, monkeypatch)
+    try:
+        assert record(gradebook, _written(), answers={"written": "A"}, course="v1") == []
+        _hand_grade(gradebook, 2.0)
+        assert record(gradebook, _written(), answers={"written": "A"}, course="v1") == []  # the same answer
+        failure = _written("the grader's worker failed", grader_failure=True)
+        assert record(gradebook, failure, answers={}, course="v1") == []  # the grader's failure changes nothing
+        assert record(gradebook, _written(), answers={"written": "B"}, course="v1") == ["written (2)"]
+        grade = gradebook.find_grade("written", "04_relative", "04_relative", "s1")
+        assert (grade.manual_score, grade.needs_manual_grade) == (None, True)
+        _hand_grade(gradebook, 3.0)  # given to answer B
+        unreadable = _written("the file is not valid JSON")
+        assert record(gradebook, unreadable, answers={}, course="v1") == ["written (3)"]  # no answer now
+        assert record(gradebook, _written(), answers={"written": "B"}, course="v1") == []  # nothing to remove
+        _hand_grade(gradebook, 1.0)
+        # another version of the course rebuilds the notebook otherwise: its digests are not compared
+        assert record(gradebook, _written(), answers={"written": "B rebuilt"}, course="v2") == []
+        assert gradebook.find_grade("written", "04_relative", "04_relative", "s1").manual_score == 1.0
+    finally:
+        gradebook.close()
+
+
+def test_answer_digests_are_read_from_the_graded_cells(tmp_path):
+    from autograder.gradebook import answer_digests
 
     notebook = tmp_path / "autograded.ipynb"
     notebook.write_text(json.dumps({"cells": [
@@ -194,7 +254,3 @@ def test_answer_digests_are_compared_only_under_the_course_version_that_recorded
     digests = answer_digests(notebook, ["written", "absent"])
     assert set(digests) == {"written"} and len(digests["written"]) == 64
     assert answer_digests(tmp_path / "missing.ipynb", ["written"]) == {}
-    HandGradedAnswers(tmp_path / "out", "version-1").save("s1", "04_relative", digests)
-    assert HandGradedAnswers(tmp_path / "out", "version-1").load("s1", "04_relative") == digests
-    assert HandGradedAnswers(tmp_path / "out", "version-2").load("s1", "04_relative") is None  # rebuilt otherwise
-    assert HandGradedAnswers(tmp_path / "out", "version-1").load("s2", "04_relative") is None
