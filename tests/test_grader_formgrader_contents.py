@@ -23,6 +23,7 @@ def manager(tmp_path):
     (out / "report.txt").write_text("report\n")
     (out / "logs/alice/04_relative.log").write_text("log\n")
     os.symlink(out / "submitted/alice/04_relative/04_relative.ipynb", out / "linked.ipynb")
+    os.symlink("../../../submitted", out / "autograded/alice/04_relative/link")  # inside a served folder
     return ServedFolders(root_dir=str(out))
 
 
@@ -38,7 +39,9 @@ def test_the_top_listing_shows_the_served_folders_and_plain_files_only(manager):
 @pytest.mark.parametrize("path", ["submitted", "submitted/alice/04_relative/04_relative.ipynb", "logs/alice",
                                   "logs/alice/04_relative.log", "linked.ipynb", "/submitted/", "nothing/here",
                                   "autograded/../submitted/alice/04_relative/04_relative.ipynb",
-                                  "source/../logs/alice/04_relative.log", "feedback/./../submitted"])
+                                  "source/../logs/alice/04_relative.log", "feedback/./../submitted",
+                                  "autograded/alice/04_relative/link/alice/04_relative/04_relative.ipynb",
+                                  "autograded/alice/04_relative/link"])
 def test_every_other_path_is_refused_for_reading_and_writing(manager, path):
     for call in (lambda: manager.get(path), lambda: manager.is_hidden(path),
                  lambda: manager.save({"type": "file", "format": "text", "content": "x"}, path + "/x.txt"),
@@ -56,7 +59,7 @@ def test_a_copy_from_a_path_that_leaves_the_served_folders_is_refused(manager):
 
 def test_served_folders_are_listed_and_read_whole(manager):
     listing = run(manager.get("autograded/alice/04_relative"))
-    assert [entry["name"] for entry in listing["content"]] == ["04_relative.ipynb"]
+    assert [entry["name"] for entry in listing["content"]] == ["04_relative.ipynb"]  # the link: not listed
     model = run(manager.get("autograded/alice/04_relative/04_relative.ipynb"))
     assert model["type"] == "notebook" and model["content"]["nbformat"] == 4
     assert run(manager.get("report.txt"))["content"] == "report\n"

@@ -46,9 +46,6 @@ def served(api_path: str, top_level_is_file: bool) -> bool:
     return len(parts) == 1 and top_level_is_file
 
 
-_LISTING_TOP = ContextVar("listing_top", default=False)  # True while DIR itself is listed (per request)
-
-
 class ConfinedSubmissionFiles(SubmissionFilesHandler):
     """nbgrader's ``/formgrader/submissions/<id>/<file>``, which serves the files beside a submission's autograded
     notebook, confined to that folder: a path that leaves it once decoded and normalized (``..``, ``%2e%2e``,
@@ -83,15 +80,17 @@ def _refusal(name: str) -> HTTPError:
 
 class ServedFilesHandler(AuthenticatedFileHandler):
     """``/files/``: jupyter_server serves a file manager's files straight from the disk (tornado's static file
-    handler), so the rule is applied here too, to the absolute path that handler resolved (after decoding,
-    ``..`` removed)."""
+    handler), so the manager's rule (:meth:`ServedFolders._refused`) is applied here too, to the absolute path
+    that handler resolved (after decoding, ``..`` removed) and to where its links lead."""
 
     def validate_absolute_path(self, root: str, absolute_path: str) -> str | None:
         resolved = super().validate_absolute_path(root, absolute_path)
-        relative = os.path.relpath(resolved, os.path.abspath(root)).replace(os.sep, "/")
-        if not served(relative, _is_plain_file(resolved)):
-            raise _refusal(relative.split("/", 1)[0])
+        if (refused := self.contents_manager._refused(os.path.normpath(resolved))) is not None:
+            raise _refusal(refused)
         return resolved
+
+
+_LISTING = ContextVar("listing", default=None)  # the API path of the folder being listed (per request)
 
 
 class ServedFolders(AsyncLargeFileManager):
@@ -101,31 +100,40 @@ class ServedFolders(AsyncLargeFileManager):
     def _files_handler_class_default(self):
         return ServedFilesHandler
 
+    def _refused(self, os_path: str) -> str | None:
+        """Why ``os_path`` (normalized, inside the root) is not served, or None: the path as named, then where
+        its links lead, must each be a served place under the root."""
+        root = os.path.abspath(self.root_dir)
+        for where, base in ((os_path, root), (os.path.realpath(os_path), os.path.realpath(root))):
+            relative = os.path.relpath(where, base).replace(os.sep, "/")
+            relative = "" if relative == "." else relative
+            parts = [part for part in relative.split("/") if part]
+            if parts[:1] == [".."]:
+                return "a link out of the folder"
+            if not served(relative, len(parts) == 1 and _is_plain_file(where)):
+                return parts[0]
+        return None
+
     def _get_os_path(self, path):
         os_path = super()._get_os_path(path)  # normalized: ".." removed, inside the root
-        relative = os.path.relpath(os_path, os.path.abspath(self.root_dir)).replace(os.sep, "/")
-        relative = "" if relative == "." else relative
-        parts = [part for part in relative.split("/") if part]
-        top_level_is_file = len(parts) == 1 and _is_plain_file(os_path)
-        if not served(relative, top_level_is_file):
-            raise _refusal(parts[0])
+        if (refused := self._refused(os_path)) is not None:
+            raise _refusal(refused)
         return os_path
 
     async def _dir_model(self, path, content=True):
-        token = _LISTING_TOP.set(not str(path).strip("/"))
+        token = _LISTING.set(str(path))
         try:
             return await super()._dir_model(path, content=content)
         finally:
-            _LISTING_TOP.reset(token)
+            _LISTING.reset(token)
 
     def should_list(self, name):
-        """Leave out of DIR's own listing what :meth:`_get_os_path` refuses (a listing deeper down is of a
-        served folder, where every name is served)."""
-        if not super().should_list(name):
-            return False
-        if not _LISTING_TOP.get():
-            return True
-        return served(name, _is_plain_file(os.path.join(self.root_dir, name)))
+        """Leave out of a listing what :meth:`_get_os_path` refuses."""
+        listing = _LISTING.get()
+        if not super().should_list(name) or listing is None:
+            return super().should_list(name)
+        child = os.path.normpath(os.path.join(os.path.abspath(self.root_dir), listing.strip("/"), name))
+        return self._refused(child) is None
 
 
 def _is_plain_file(os_path: str) -> bool:
