@@ -4,6 +4,7 @@ bridge runs as nobody with the network, a private /tmp and nothing of the grader
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from planted import sandbox_missing
 
+from autograder import REPOSITORY
 from autograder.executors import bridge
 from autograder.executors.bridge import BridgeBroken, bytes_of, parse_result, read_messages
 from autograder.types import LayoutItem, Task
@@ -75,6 +77,37 @@ def test_the_bridges_lines_are_read_as_json_and_nothing_else():
         _messages([warn])  # no "done": the bridge's standard error is quoted, its escapes shown, not run
 
 
+def test_a_line_longer_than_a_message_ends_the_batch(monkeypatch):
+    monkeypatch.setattr(bridge, "MAX_LINE", 64)
+    with pytest.raises(BridgeBroken, match="longer than 64 bytes"):
+        _messages([json.dumps({"kind": "warn", "message": "w" * 100}).encode() + b"\n"])
+
+
+def _shipped(tmp_path, **files) -> dict:
+    encoded = {name: base64.b64encode(files.get(name, b"")).decode() for name in ("feedback", "log", "autograded")}
+    return {"kind": "result", "index": 0, "result": fields(), **encoded}
+
+
+def test_a_workers_files_are_held_to_what_the_local_grader_writes(tmp_path):
+    import nbformat
+
+    from autograder.executors.dask import _shipped_result
+    from autograder.feedback.pages import PAGE_PREFIX
+
+    the_task = dataclasses.replace(task(tmp_path), autograded=tmp_path / "autograded.ipynb")
+    page, log = b"<script>alert(1)</script><h1>5 / 5</h1>", b"kernel | \x1b]0;title\x07\x1b[2J\n"
+    result = _shipped_result(the_task, _shipped(tmp_path, feedback=page, log=log))
+    assert result.reason is None and result.score == 2.0
+    written = (tmp_path / "f.html").read_bytes()
+    assert written.startswith(PAGE_PREFIX.encode()) and written.endswith(page)  # the policy before any byte
+    assert b"\x1b" not in (tmp_path / "log.txt").read_bytes() and b"\\x1b]0;title" in (tmp_path / "log.txt").read_bytes()
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output(
+        "display_data", data={"application/javascript": "alert(1)", "text/html": "<script>1</script>"})])])
+    refused = _shipped_result(the_task, _shipped(tmp_path, autograded=nbformat.writes(notebook).encode()))
+    assert refused.grader_failure and "does not accept" in refused.reason
+    assert not (tmp_path / "autograded.ipynb").exists()
+
+
 def test_bytes_are_base64_and_bounded():
     assert bytes_of({"feedback": base64.b64encode(b"page").decode()}, "feedback") == b"page"
     for bad in ({"feedback": "not base64!"}, {"feedback": 5}, {"feedback": "A" * (bridge.MAX_BYTES * 2)}):
@@ -99,7 +132,8 @@ def test_the_bridge_runs_as_nobody_reads_none_of_the_graders_files_and_writes_on
     probe = f"""
 import os, json, socket
 seen = {{"uid": os.getuid()}}
-for path in ({str(secret)!r}, "/root/.pgpass", "/root/.ssh", "/etc/shadow", {str(tmp_path)!r}):
+for path in ({str(secret)!r}, "/root/.pgpass", "/root/.ssh", "/etc/shadow", {str(tmp_path)!r},
+             {str(REPOSITORY / "README.md")!r}, {str(REPOSITORY / "tests")!r}):
     try:
         open(path).read() if os.path.isfile(path) else os.listdir(path)
         seen[path] = "read"

@@ -45,6 +45,7 @@ from autograder.types import Item, Result, Task
 
 MAX_TEXT = 2000  # characters of a message's text that a peer decides (reasons, warnings)
 MAX_BYTES = 200 * 1024 * 1024  # a feedback page, log or autograded notebook, decoded
+MAX_LINE = 3 * (MAX_BYTES * 4 // 3 + 4) + 1024 * 1024  # one message: three files in base64 and the result
 STATUSES = frozenset({"passed", "failed", "manual", "not graded"})
 NAME_RESOLUTION = ("hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf")
 PASSED_THROUGH = ("LANG", "LC_ALL", "TZ")  # and every DASK_* variable (the cluster's configuration)
@@ -83,7 +84,8 @@ def bridge_environment() -> dict[str, str]:
 
 def bridge_argv() -> list[str]:
     """bubblewrap's command line for the bridge: every namespace new but the network's, ``nobody`` with no
-    capability, the system, the Python installation and the course's code read-only, a private ``/tmp``."""
+    capability, the system, the Python installation and the package ``autograder`` read-only (not the rest of
+    the checkout), a private ``/tmp``."""
     from autograder.sandbox.launcher import (
         BASE_OPTIONS,
         NO_PTYS,
@@ -98,7 +100,10 @@ def bridge_argv() -> list[str]:
     argv += system_binds()
     for name in NAME_RESOLUTION:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for folder in dict.fromkeys([*readable_folders(), os.path.realpath(REPOSITORY)]):
+    # the package alone, not the checkout: a course folder kept there (the guide's exchange loop) holds every
+    # student's raw notebook, the gradebook and the roster
+    package = os.path.realpath(REPOSITORY / "autograder")
+    for folder in dict.fromkeys([*readable_folders(), package]):
         argv += ["--ro-bind", folder, folder]
     argv += ["--remount-ro", "/", "--chdir", "/tmp", "--"]
     return argv + [sandboxed_python(), "-m", "autograder.executors.bridge"]
@@ -133,7 +138,9 @@ def started_bridge(job: Job, tasks: list[tuple[Task, bytes]]) -> Iterator[Iterat
 def read_messages(stream: IO[bytes], process: subprocess.Popen, errors: IO[bytes]) -> Iterator[dict]:
     """The bridge's messages, one JSON object a line, each with a ``kind``; :class:`BridgeBroken` for anything
     else, and when the bridge ends without its ``done``."""
-    for line in stream:
+    while line := stream.readline(MAX_LINE + 1):
+        if len(line) > MAX_LINE:
+            raise BridgeBroken(f"the cluster's bridge sent a line longer than {MAX_LINE} bytes")
         try:
             message = json.loads(line)
         except ValueError:

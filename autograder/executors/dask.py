@@ -186,15 +186,24 @@ def _shipped_result(task: Task, message: dict) -> Result:
     """The result of one task as the bridge sent it, its page, log and notebook written where the main process
     keeps them; 0 with the reason when the result does not fit the task (:func:`parse_result`)."""
     from autograder.executors.bridge import bytes_of, parse_result
+    from autograder.feedback.escape import report_text
+    from autograder.feedback.pages import PAGE_PREFIX
     from autograder.pipeline import write_ungraded
+    from autograder.sandbox.crossing import AnswerError, check_autograded
 
+    autograded = bytes_of(message, "autograded")
     try:
         result = parse_result(message.get("result"), task)
-    except (TypeError, ValueError) as error:
+        if autograded:  # the notebook the formgrader shows: held to the allowlist it crosses on a local worker
+            check_autograded(autograded.decode("utf-8"))
+    except (TypeError, ValueError, AnswerError, UnicodeDecodeError) as error:
         return write_ungraded(task, f"the cluster sent a result that the grader does not accept ({error})",
                               grader_failure=True)
-    written = [(bytes_of(message, "feedback"), task.feedback), (bytes_of(message, "log"), task.log)]
-    autograded = bytes_of(message, "autograded")
+    page = bytes_of(message, "feedback")
+    if not page.startswith(PAGE_PREFIX.encode("utf-8")):  # the policy before any byte a worker wrote
+        page = PAGE_PREFIX.encode("utf-8") + page
+    log = "\n".join(report_text(line) for line in bytes_of(message, "log").decode("utf-8", "replace").splitlines())
+    written = [(page, task.feedback), (log.encode("utf-8") + b"\n", task.log)]
     if autograded and task.autograded is not None:
         written.append((autograded, task.autograded))
     for data, path in written:
