@@ -41,11 +41,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from autograder import REPOSITORY
+from autograder.sandbox.stage import MAX_RESPONSE_BYTES
 from autograder.types import Item, Result, Task
 
 MAX_TEXT = 2000  # characters of a message's text that a peer decides (reasons, warnings)
-MAX_BYTES = 200 * 1024 * 1024  # a feedback page, log or autograded notebook, decoded
-MAX_LINE = 3 * (MAX_BYTES * 4 // 3 + 4) + 1024 * 1024  # one message: three files in base64 and the result
+# A feedback page, log or autograded notebook, decoded, and a whole message: the grading stage's response holds
+# all three within MAX_RESPONSE_BYTES; the worker adds a few lines of its own.
+MAX_BYTES = MAX_RESPONSE_BYTES + 4 * 1024 * 1024
+MAX_LINE = MAX_BYTES * 4 // 3 + 1024 * 1024  # the three files in base64, and the result
 STATUSES = frozenset({"passed", "failed", "manual", "not graded"})
 NAME_RESOLUTION = ("hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf")
 PASSED_THROUGH = ("LANG", "LC_ALL", "TZ")  # and every DASK_* variable (the cluster's configuration)
