@@ -62,6 +62,10 @@ class Cluster:
         """A worker whose course is the one in ``code`` (a copy of the repository, for a worker out of date)."""
         environment = {**command_environment(), **NO_HTTP_ROUTES}
         environment["PYTHONPATH"] = os.pathsep.join([str(code), str(ROOT / "tests")])
+        # the course each worker unpacks, and its tasks' folders, under the test's folder (removed with it), not /tmp
+        scratch = self.folder / f"worker-tmp-{len(self.workers)}"
+        scratch.mkdir(exist_ok=True)
+        environment["TMPDIR"] = str(scratch)
         worker = self._start(
             [DASK, "worker", self.address, "--no-nanny", "--nthreads", "1", "--host", "127.0.0.1",
              "--no-dashboard", "--dashboard-address", "127.0.0.1:0", *self.tls_options()], environment, "worker",
