@@ -32,7 +32,7 @@ from posenc_ref.lab.fit_tuning import run_fit_tuning
 from posenc_ref.lab.length_generalization import run_length_generalization
 from posenc_ref.lab.recall_collisions import run_recall_collisions
 from posenc_ref.lab.recipe_search import RECIPES, SEARCH_SEEDS, choice_lines, run_recipe_search, write_choices
-from posenc_ref.lab.recipe_study import load_choices, run_recipe_study
+from posenc_ref.lab.recipe_study import MARGIN_STOP_ACCURACY, load_choices, run_recipe_study
 from posenc_ref.lab.results import format_table
 from posenc_ref.lab.settings import (
     FULL_SETTINGS,
@@ -129,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--positions", type=_names, metavar="A,B", help="position kinds (default: every chosen one)")
     study.add_argument("--seeds", type=int, default=len(FULL_SETTINGS.seeds), metavar="N",
                        help=f"seeds 0..N-1 (default {len(FULL_SETTINGS.seeds)}, the study's)")
+    study.add_argument("--stop-accuracy", type=float, default=FULL_SETTINGS.target_accuracy, metavar="P",
+                       help=f"stop a run once its checks reach P at every training size (default "
+                            f"{FULL_SETTINGS.target_accuracy}, the fit threshold; the second pass uses "
+                            f"{MARGIN_STOP_ACCURACY})")
     study.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
     study.add_argument("--no-progress", action="store_true", help="no progress bar")
     collisions = commands.add_parser("recall-collisions",
@@ -217,8 +221,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             torch.set_num_threads(1)
             results = run_recipe_study(arguments.out, load_choices(arguments.choices), positions=arguments.positions,
                                        seeds=tuple(range(check_positive_int("--seeds", arguments.seeds))),
-                                       jobs=arguments.jobs, progress=not arguments.no_progress,
-                                       command=_command(argv))
+                                       stop_accuracy=arguments.stop_accuracy, jobs=arguments.jobs,
+                                       progress=not arguments.no_progress, command=_command(argv))
         except (TypeError, ValueError, FileNotFoundError) as error:
             parser.error(str(error))
         return [row for rows in results.values() for row in rows]

@@ -3,7 +3,7 @@ r"""The study again, each kind trained under the recipe the search chose for it.
 Command line::
 
     python -m posenc_ref.lab recipe-study --out DIR --choices book/data/recipe-search/chosen.json
-        [--positions A,B] [--seeds N] [--jobs N] [--no-progress]
+        [--positions A,B] [--seeds N] [--stop-accuracy P] [--jobs N] [--no-progress]
 
 The study (:data:`posenc_ref.lab.settings.FULL_SETTINGS`) trains every kind under one recipe; the search
 (:mod:`posenc_ref.lab.recipe_search`) chose, for each kind, the recipe under which it fits best inside the
@@ -12,6 +12,14 @@ the tasks the recipes were chosen on (:data:`~posenc_ref.lab.recipe_search.CHOIC
 who-bites-whom, and associative recall with keys and values apart, ``lookup``), the study's decoders, seeds
 (0..9), training sizes and evaluation up to 3L, and the recipe's changes of width, depth, learning rate,
 warm-up, steps and batch size (:func:`kind_settings`).
+
+A run stops once its held-out checks reach ``--stop-accuracy`` at every training size on three checks in a row
+(:func:`posenc_ref.lab.train.train_model`); it *fitted* when its scoring examples reach the study's fit
+threshold (:data:`~posenc_ref.lab.settings.FULL_SETTINGS`' ``target_accuracy``, 0.99) at every training size.
+The first pass (``book/data/recipe-study/``) stopped at the fit threshold itself: a run stopped on the threshold and was
+scored on it, and on fresh examples its lowest training size fell below 0.99 in about one run in six, mostly by
+a few examples in 512. The second pass (``book/data/recipe-study-margin/``) stops with room, at :data:`MARGIN_STOP_ACCURACY`.
+The stopping rule reads only the training sizes, so it is chosen, like the recipes, without looking beyond L.
 
 Each (kind, seed) runs into ``DIR/<kind>/seed-<seed>/``, a resumable sweep of its own with its
 ``settings.json``, ``provenance.json`` and ``results.csv``, seed by seed: every kind's seed 0 before any kind's
@@ -38,6 +46,11 @@ from posenc_ref.lab.settings import FULL_SETTINGS, LengthGeneralizationSettings
 
 CHOICES_FILE = "choices.json"
 
+MARGIN_STOP_ACCURACY = 0.996
+"""The second pass's stopping rule: at most one mistake in the 256 held-out checks of each training size
+(255 / 256 = 0.9961), three checks in a row. A model that makes one mistake in 256 makes about two in the 512
+scoring examples, well inside the fit threshold's five (0.99 of 512); one stopped at 0.99 sits on it."""
+
 
 def load_choices(path: str | Path) -> dict[str, dict[str, Any]]:
     """The search's record of each kind's choice (``chosen.json``), ``{kind: record}``, each with its
@@ -55,11 +68,14 @@ def load_choices(path: str | Path) -> dict[str, dict[str, Any]]:
     return record
 
 
-def kind_settings(kind: str, recipe: str, seed: int) -> LengthGeneralizationSettings:
-    """The study's settings for one kind and one seed, on :data:`CHOICE_TASKS`, under ``recipe``.
+def kind_settings(kind: str, recipe: str, seed: int, *,
+                  stop_accuracy: float = FULL_SETTINGS.target_accuracy) -> LengthGeneralizationSettings:
+    """The study's settings for one kind and one seed, on :data:`CHOICE_TASKS`, under ``recipe``, its runs
+    stopping once their checks reach ``stop_accuracy`` (at least the fit threshold, at most 1).
 
     Raises:
-        ValueError: an unknown recipe, a kind the study does not hold, or a seed outside the study's.
+        ValueError: an unknown recipe, a kind the study does not hold, a seed outside the study's, or a stopping
+            accuracy below the fit threshold or above 1.
     """
     if recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {list(RECIPES)}, got {recipe!r}")
@@ -67,8 +83,13 @@ def kind_settings(kind: str, recipe: str, seed: int) -> LengthGeneralizationSett
         raise ValueError(f"kind must be one of the study's {list(FULL_SETTINGS.positions)}, got {kind!r}")
     if seed not in FULL_SETTINGS.seeds:
         raise ValueError(f"seed must be one of the study's {list(FULL_SETTINGS.seeds)}, got {seed}")
+    fit_threshold = FULL_SETTINGS.target_accuracy
+    if isinstance(stop_accuracy, bool) or not isinstance(stop_accuracy, (int, float)) \
+            or not fit_threshold <= stop_accuracy <= 1:
+        raise ValueError(f"stop_accuracy must be a number from the fit threshold {fit_threshold} to 1, "
+                         f"got {stop_accuracy!r}")
     return dataclasses.replace(FULL_SETTINGS, positions=(kind,), tasks=CHOICE_TASKS, seeds=(seed,),
-                               **RECIPES[recipe])
+                               **RECIPES[recipe], target_accuracy=float(stop_accuracy))
 
 
 def study_folder(out_dir: str | Path, kind: str, seed: int) -> Path:
@@ -90,20 +111,23 @@ def _record_choices(out_dir: Path, choices: Mapping[str, Mapping[str, Any]], kin
 
 def run_recipe_study(out_dir: str | Path, choices: Mapping[str, Mapping[str, Any]], *,
                      positions: Sequence[str] | None = None, seeds: Sequence[int] = FULL_SETTINGS.seeds,
-                     jobs: int = 2, progress: bool = True, command: Sequence[str]) -> dict[str, list[dict]]:
+                     stop_accuracy: float = FULL_SETTINGS.target_accuracy, jobs: int = 2, progress: bool = True,
+                     command: Sequence[str]) -> dict[str, list[dict]]:
     """Run each kind of ``positions`` (default: every kind of ``choices``) under its chosen recipe, seed by
-    seed, on the CPU with one thread per job; returns ``{"<kind>/seed-<seed>": rows}``.
+    seed, stopping at ``stop_accuracy`` (:func:`kind_settings`), on the CPU with one thread per job; returns
+    ``{"<kind>/seed-<seed>": rows}``.
 
     Raises:
-        ValueError: a kind without a choice, a seed outside the study's, ``jobs`` < 1, or ``out_dir`` holding
-            a kind's runs under another recipe.
+        ValueError: a kind without a choice, a seed outside the study's, a bad ``stop_accuracy``, ``jobs`` < 1,
+            or ``out_dir`` holding a kind's runs under another recipe or stopping rule.
     """
     check_positive_int("jobs", jobs)
     kinds = tuple(choices) if positions is None else tuple(positions)
     missing = [kind for kind in kinds if kind not in choices]
     if missing:
         raise ValueError(f"positions must be kinds the choices name ({sorted(choices)}); no choice for {missing}")
-    planned = [(kind, seed, kind_settings(kind, choices[kind]["recipe"], seed)) for seed in seeds for kind in kinds]
+    planned = [(kind, seed, kind_settings(kind, choices[kind]["recipe"], seed, stop_accuracy=stop_accuracy))
+               for seed in seeds for kind in kinds]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _record_choices(out_dir, choices, kinds)
