@@ -214,6 +214,29 @@ def test_a_change_after_a_collection_past_the_deadline_is_late_whatever_the_file
         f"{deadline + datetime.timedelta(hours=1):%Y-%m-%d %H:%M:%S.%f} UTC"
 
 
+def test_a_student_added_to_the_roster_after_the_final_collection_has_nothing_on_time(tmp_path, accounts):
+    """What a student's folder held at the deadline is known only for the students the final collection read:
+    one rostered later is late, and the reason says why."""
+    from autograder.intake.exchange import collect
+
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1], b'{"a": 1}')
+    bob = _inbound_folder(inbound, "bob", "2026-01-01 10:00:00.000000 UTC", accounts["bob"][1], b'{"b": 1}')
+    deadline = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0) + datetime.timedelta(days=1)
+    final = collect(exchange, COURSE, ASSIGNMENT, {"alice": accounts["alice"][0]}, out, deadline=deadline,
+                    now=deadline + datetime.timedelta(minutes=1))
+    assert set(final.accepted) == {"alice"}
+    roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
+    later = collect(exchange, COURSE, ASSIGNMENT, roster, out, now=deadline + datetime.timedelta(hours=1))
+    collected_at = f"{deadline + datetime.timedelta(minutes=1):%Y-%m-%d %H:%M:%S} UTC"
+    assert "bob" not in later.accepted and dict(later.refused)[bob.name].startswith(
+        f"this student was not on the roster of the collection at {collected_at}, after the deadline")
+    late = collect(exchange, COURSE, ASSIGNMENT, roster, out, now=deadline + datetime.timedelta(hours=1),
+                   allow_late=True)
+    assert late.accepted["bob"] == bob.name and late.late["bob"] >= datetime.timedelta(minutes=1)
+
+
 def test_the_first_collection_after_the_deadline_is_final_for_every_later_one_whatever_its_options(
         tmp_path, accounts, monkeypatch):
     """Round 8: a later collect without --deadline (the guide's loop line) or with a later one kept the first

@@ -451,7 +451,10 @@ def collect(
             if final is not None and _digest(files.notebook) != final.notebooks.get(record.student):
                 # Not what the first collection after the deadline took: changed since, whatever its times say.
                 collected_at = f"{final.collected_at:%Y-%m-%d %H:%M:%S} UTC"
-                if final.notebooks.get(record.student) is None:
+                if record.student not in final.notebooks:
+                    reason = (f"this student was not on the roster of the collection at {collected_at}, after the "
+                              f"deadline, so nothing of theirs was kept then")
+                elif final.notebooks[record.student] is None:
                     reason = f"nothing of this student's was collected at {collected_at}, after the deadline"
                 else:
                     reason = f"it differs from the copy collected at {collected_at}, after the deadline"
@@ -512,7 +515,8 @@ def write_final(out: Path, assignment: str, final: Final) -> None:
     what a student's folder held then was there at the deadline or came later, and a file can change without
     its times moving (a store through a shared memory mapping leaves ``st_ctime`` as it was), so only this
     record, which the grader wrote, tells that a submission changed since. A student of whom nothing was
-    collected then (no submission, or one refused, a flooded listing included) has nothing on time."""
+    collected then (no submission, or one refused, a flooded listing included) has nothing on time, and so has a
+    student added to the roster since (what their folder held at the deadline was never read)."""
     path = final_path(out, assignment)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"deadline": final.deadline.isoformat(), "collected_at": final.collected_at.isoformat(),
