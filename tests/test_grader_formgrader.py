@@ -516,6 +516,8 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
             lab_errors: list[str] = []
             lab.on("pageerror", lambda error: lab_errors.append(str(error)))
             lab.on("console", lambda message: message.type == "error" and lab_errors.append(message.text))
+            lab_messages: list[str] = []
+            lab.on("console", lambda message: lab_messages.append(message.text))
             with lab.expect_response(lambda response: response.url.startswith(f"{base}/lab")) as lab_page:
                 lab.goto(f"{base}/lab")
             _check_policy(lab_page.value)
@@ -523,6 +525,23 @@ def test_an_instructor_grades_a_written_answer_in_the_formgrader_and_it_reaches_
             assert not [error for error in lab_errors if "Content Security Policy" in error], lab_errors
             lab_blocked = lab.evaluate("() => window.cspViolations")
             assert lab_blocked == [], lab_blocked
+            # nbgrader's student-side panels and the notebook's Validate button are not loaded (their routes are
+            # refused below); its formgrader panel is.
+            lab.wait_for_function("() => document.querySelector('#jp-mainmenu-nbgrader') !== null"
+                                  " || document.querySelector('.lm-MenuBar-itemLabel') !== null")
+            disabled = json.loads(lab.locator("#jupyter-config-data").text_content())["disabledExtensions"]
+            assert {"@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:course-list",
+                    "@jupyter/nbgrader:validate-assignment"} <= set(disabled), disabled
+            activated = [message for message in lab_messages if "is activated" in message]
+            assert any("formgrader is activated" in message for message in activated), activated
+            assert not [message for message in activated
+                        if any(part in message for part in ("assignment-list", "course-list", "validate-assignment"))]
+            lab.get_by_text("Nbgrader", exact=True).first.click()
+            menu = lab.locator("#jp-mainmenu-nbgrader")
+            menu.wait_for(timeout=10_000)
+            assert "Formgrader" in menu.inner_text()
+            assert "Assignment List" not in menu.inner_text() and "Course List" not in menu.inner_text()
+            lab.keyboard.press("Escape")
             terminals = context.request.get(f"{base}/api/terminals", headers={"Authorization": f"token {token}"})
             assert terminals.status == 404, terminals.status
             # No kernel: one would run a notebook's code as the grader's user (root here), outside the sandbox.

@@ -59,6 +59,9 @@ SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusal
 STUDENT_SIDE_EXTENSIONS = ("nbgrader.server_extensions.validate_assignment",
                            "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
 SERVER_EXTENSION_STATES = {**dict.fromkeys(SERVER_EXTENSIONS, True), **dict.fromkeys(STUDENT_SIDE_EXTENSIONS, False)}
+# Their front-end plugins (the Assignments and Courses panels, the notebook's Validate button) are disabled in the
+# page config that JupyterLab reads from this folder's labconfig/page_config.json, first on JUPYTER_CONFIG_PATH.
+LAB_CONFIG_DIR = Path(__file__).resolve().parent / "jupyter_config"
 
 
 def free_port(ip: str) -> int:
@@ -95,6 +98,8 @@ def jupyterlab_environment(token: str) -> dict[str, str]:
     environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
     python_path = [str(PACKAGE_ROOT), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
     environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
+    config_path = [str(LAB_CONFIG_DIR), *filter(None, environment.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(config_path))
     environment["JUPYTER_TOKEN"] = token
     return environment
 
