@@ -30,14 +30,14 @@ def test_a_kinds_settings_are_the_studys_grid_under_its_recipe():
 
 def test_the_stopping_rule_moves_alone_and_never_below_the_fit_threshold():
     first = recipe_study.kind_settings("t5", "wide-slow-long", 2)
-    margin = recipe_study.kind_settings("t5", "wide-slow-long", 2, stop_accuracy=0.996)
-    assert first.target_accuracy == 0.99 and margin.target_accuracy == 0.996
-    assert margin.train_settings("copy").target_accuracy == 0.996  # what train_model stops on
+    margin = recipe_study.kind_settings("t5", "wide-slow-long", 2, stop_accuracy=0.999)
+    assert first.target_accuracy == 0.99 and margin.target_accuracy == 0.999
+    assert margin.train_settings("copy").target_accuracy == 0.999  # what train_model stops on
     assert {**margin.__dict__, "target_accuracy": 0.99} == first.__dict__
-    # One mistake in the 256 checks of a size is 0.9961: the margin rule admits it, two mistakes (0.9922) not.
-    assert 255 / 256 >= recipe_study.MARGIN_STOP_ACCURACY > 254 / 256
-    for bad in (0.98, 1.01, True, "0.996"):
-        with pytest.raises(ValueError, match=f"stop_accuracy must be a number from the fit threshold 0.99 to 1, "
+    # One mistake in the 256 checks of a size is 0.9961: the margin rule admits no mistake at all.
+    assert 1 >= recipe_study.MARGIN_STOP_ACCURACY > 255 / 256 == 1 - 1 / margin.train_settings("copy").check_examples
+    for bad in (0.98, 1.0, 1.01, True, "0.996"):
+        with pytest.raises(ValueError, match=f"stop_accuracy must be a number from the fit threshold 0.99 up to, not including, 1, "
                                              f"got {bad!r}"):
             recipe_study.kind_settings("t5", "wide-slow-long", 2, stop_accuracy=bad)
 
@@ -87,9 +87,9 @@ def test_the_command_passes_the_stopping_rule_to_every_run(tmp_path, monkeypatch
     choices = tmp_path / "chosen.json"
     choices.write_text(json.dumps(CHOICES))
     cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(choices), "--seeds", "1",
-              "--stop-accuracy", "0.996", "--no-progress"])
-    assert [settings.target_accuracy for _, settings, _ in calls] == [0.996, 0.996]
-    assert "--stop-accuracy 0.996" in " ".join(calls[0][2])
+              "--stop-accuracy", "0.999", "--no-progress"])
+    assert [settings.target_accuracy for _, settings, _ in calls] == [0.999, 0.999]
+    assert "--stop-accuracy 0.999" in " ".join(calls[0][2])
 
 
 def test_a_bad_stopping_rule_is_named_on_the_command_line(tmp_path, capsys):
@@ -98,7 +98,7 @@ def test_a_bad_stopping_rule_is_named_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(choices),
                   "--stop-accuracy", "0.5"])
-    assert "stop_accuracy must be a number from the fit threshold 0.99 to 1, got 0.5" in capsys.readouterr().err
+    assert "stop_accuracy must be a number from the fit threshold 0.99 up to, not including, 1, got 0.5" in capsys.readouterr().err
 
 
 def test_a_kinds_runs_under_another_recipe_are_refused(tmp_path, monkeypatch):
