@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import threading
 
 import pytest
 
@@ -51,9 +53,17 @@ def test_unknown_recipes_kinds_and_seeds_are_named():
         recipe_study.kind_settings("rope", "study", 100)
 
 
+@pytest.fixture(autouse=True)
+def threads_for_processes(monkeypatch):
+    """The sweeps run in threads of this process, where the stand-in for the training below is seen (spawned
+    worker processes would import the real one)."""
+    monkeypatch.setattr(recipe_study, "_executor", lambda jobs: concurrent.futures.ThreadPoolExecutor(jobs))
+
+
 def _recording(calls):
     def recording_run(settings, *, out_dir, command, **options):
         """Stands in for the training: one row per run, its steps the recipe's budget."""
+        assert options["jobs"] == 1 and options["threads"] == 1  # each sweep's runs one after another
         calls.append((out_dir, settings, command))
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
         for run in settings.runs():
@@ -99,6 +109,29 @@ def test_a_bad_stopping_rule_is_named_on_the_command_line(tmp_path, capsys):
         cli.main(["recipe-study", "--out", str(tmp_path / "out"), "--choices", str(choices),
                   "--stop-accuracy", "0.5"])
     assert "stop_accuracy must be a number from the fit threshold 0.99 up to, not including, 1, got 0.5" in capsys.readouterr().err
+
+
+def test_jobs_run_that_many_sweeps_at_once_started_in_the_planned_order(tmp_path, monkeypatch):
+    started, running, most = [], set(), [0]
+    lock, both_started = threading.Lock(), threading.Barrier(2, timeout=10)
+
+    def overlapping_run(settings, *, out_dir, command, **options):
+        with lock:
+            started.append(out_dir.relative_to(tmp_path).as_posix())
+            running.add(out_dir)
+            most[0] = max(most[0], len(running))
+        if len(started) <= 2:
+            both_started.wait()  # the first two sweeps run at the same time, or this times out
+        with lock:
+            running.discard(out_dir)
+        return [{"position": settings.positions[0], "seed": settings.seeds[0]}]
+
+    monkeypatch.setattr(recipe_study, "run_length_generalization", overlapping_run)
+    results = recipe_study.run_recipe_study(tmp_path, CHOICES, seeds=(0, 1, 2), jobs=2, progress=False,
+                                            command=["x"])
+    assert started[:2] == ["rope/seed-0", "learned/seed-0"] and most[0] == 2
+    assert sorted(started) == sorted(f"{kind}/seed-{seed}" for kind in CHOICES for seed in (0, 1, 2))
+    assert list(results) == [f"{kind}/seed-{seed}" for seed in (0, 1, 2) for kind in CHOICES]
 
 
 def test_a_kinds_runs_under_another_recipe_are_refused(tmp_path, monkeypatch):

@@ -133,7 +133,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"stop a run once its checks reach P at every training size (default "
                             f"{FULL_SETTINGS.target_accuracy}, the fit threshold; the second pass uses "
                             f"{MARGIN_STOP_ACCURACY})")
-    study.add_argument("--jobs", type=int, default=2, metavar="N", help="runs in parallel (default 2)")
+    study.add_argument("--jobs", type=int, default=2, metavar="N",
+                       help="(kind, seed) sweeps in parallel, one process each (default 2)")
     study.add_argument("--no-progress", action="store_true", help="no progress bar")
     collisions = commands.add_parser("recall-collisions",
                                      help="the study's recall decoders scored apart on the examples whose asked key "

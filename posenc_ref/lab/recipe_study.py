@@ -22,8 +22,11 @@ a few examples in 512. The second pass (``book/data/recipe-study-margin/``) stop
 The stopping rule reads only the training sizes, so it is chosen, like the recipes, without looking beyond L.
 
 Each (kind, seed) runs into ``DIR/<kind>/seed-<seed>/``, a resumable sweep of its own with its
-``settings.json``, ``provenance.json`` and ``results.csv``, seed by seed: every kind's seed 0 before any kind's
-seed 1, so that a study stopped at any point holds the same seeds for every kind, or one fewer.
+``settings.json``, ``provenance.json`` and ``results.csv``, seed by seed: every kind's seed 0 is started before
+any kind's seed 1, so that a study stopped at any point holds the same seeds for every kind, give or take the
+sweeps in flight. ``--jobs N`` runs N (kind, seed) sweeps at once, each in a worker process of its own with one
+torch thread, its three runs one after another: a kind's runs differ in length by a factor of four or more
+(copy takes longest), so parallel runs within one sweep left a core idle while its longest run finished.
 ``DIR/choices.json`` keeps the recipe of each kind and the search record it came from; a kind's recipe cannot
 change under its runs (:func:`run_recipe_study` refuses). :func:`read_recipe_study` reads every finished run,
 in the columns of :data:`posenc_ref.lab.results.CSV_COLUMNS`, so the chapter's analysis reads it like the study.
@@ -31,8 +34,10 @@ in the columns of :data:`posenc_ref.lab.results.CSV_COLUMNS`, so the chapter's a
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
+import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -116,8 +121,8 @@ def run_recipe_study(out_dir: str | Path, choices: Mapping[str, Mapping[str, Any
                      stop_accuracy: float = FULL_SETTINGS.target_accuracy, jobs: int = 2, progress: bool = True,
                      command: Sequence[str]) -> dict[str, list[dict]]:
     """Run each kind of ``positions`` (default: every kind of ``choices``) under its chosen recipe, seed by
-    seed, stopping at ``stop_accuracy`` (:func:`kind_settings`), on the CPU with one thread per job; returns
-    ``{"<kind>/seed-<seed>": rows}``.
+    seed, stopping at ``stop_accuracy`` (:func:`kind_settings`), on the CPU, ``jobs`` (kind, seed) sweeps at a
+    time with one thread each; returns ``{"<kind>/seed-<seed>": rows}`` in the planned order.
 
     Raises:
         ValueError: a kind without a choice, a seed outside the study's, a bad ``stop_accuracy``, ``jobs`` < 1,
@@ -134,14 +139,42 @@ def run_recipe_study(out_dir: str | Path, choices: Mapping[str, Mapping[str, Any
     out_dir.mkdir(parents=True, exist_ok=True)
     _record_choices(out_dir, choices, kinds)
     results = {}
-    for kind, seed, settings in planned:
-        begin = time.perf_counter()
-        results[f"{kind}/seed-{seed}"] = run_length_generalization(
-            settings, out_dir=study_folder(out_dir, kind, seed), device="cpu", jobs=jobs, threads=1,
-            progress=progress, verbose=False, plots=False, command=list(command))
-        print(f"{kind} ({choices[kind]['recipe']}), seed {seed}: {len(settings.runs())} runs in "
-              f"{time.perf_counter() - begin:.0f} s", flush=True)
-    return results
+
+    def done(kind: str, seed: int, settings: LengthGeneralizationSettings, rows: list[dict], seconds: float) -> None:
+        results[f"{kind}/seed-{seed}"] = rows
+        print(f"{kind} ({choices[kind]['recipe']}), seed {seed}: {len(settings.runs())} runs in {seconds:.0f} s",
+              flush=True)
+
+    if jobs == 1:
+        for kind, seed, settings in planned:
+            done(kind, seed, settings, *_run_sweep(settings, study_folder(out_dir, kind, seed), progress, command))
+    else:
+        with _executor(jobs) as pool:  # the sweeps start in the planned order, at most `jobs` at a time
+            futures = {pool.submit(_run_sweep, settings, study_folder(out_dir, kind, seed), False, command):
+                       (kind, seed, settings) for kind, seed, settings in planned}
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    done(*futures[future], *future.result())
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    return {name: results[name] for name in (f"{kind}/seed-{seed}" for kind, seed, _ in planned)}
+
+
+def _run_sweep(settings: LengthGeneralizationSettings, folder: Path, progress: bool,
+               command: Sequence[str]) -> tuple[list[dict], float]:
+    """One (kind, seed) sweep in this process, its runs one after another; its rows and wall time."""
+    begin = time.perf_counter()
+    rows = run_length_generalization(settings, out_dir=folder, device="cpu", jobs=1, threads=1, progress=progress,
+                                     verbose=False, plots=False, command=list(command))
+    return rows, time.perf_counter() - begin
+
+
+def _executor(jobs: int) -> concurrent.futures.Executor:
+    """``jobs`` worker processes, spawned (a fresh interpreter each), each with one torch thread."""
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=sweep._initialise_worker, initargs=(1,))
 
 
 def read_recipe_study(out_dir: str | Path) -> list[dict[str, Any]]:
