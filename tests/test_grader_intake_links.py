@@ -302,11 +302,28 @@ def test_the_walk_stops_at_its_bounds_with_warnings(tmp_path, monkeypatch):
         deep = safe_files.walk(folder)
     assert [entry.parts for entry in deep.entries] == [("1",), ("1", "2"), ("1", "2", "3")]
     assert deep.warnings == ["folders more than 3 levels deep were not read (the first: 1/2/3)"]
-    monkeypatch.setattr(safe_files, "MAX_TOTAL_ENTRIES", 2)
+    monkeypatch.setattr(safe_files, "MAX_ENTRIES_PER_TOP_FOLDER", 1)
     with Folder.open(tmp_path / "deep") as folder:
         total = safe_files.walk(folder)
     assert [entry.parts for entry in total.entries] == [("1",), ("1", "2")]
-    assert total.warnings == ["the tree holds more than 2 names; the rest were not read"]
+    assert total.warnings == ["1 holds more than 1 names below it; the rest of it was not read"]
+
+
+def test_a_student_who_fills_their_folder_with_names_hides_no_other_student(tmp_path, monkeypatch):
+    """Round 12: 200,000 files in the first student's folder used up a class-wide count of names, and every
+    student listed after them had no row and no mention."""
+    for index in range(40):
+        _put(tmp_path / "class" / "aaa" / "02_sinusoidal" / f"junk{index:03d}")
+    _put(tmp_path / "class" / "aaa" / "02_sinusoidal" / "02_sinusoidal.ipynb", NOTEBOOK)
+    _put(tmp_path / "class" / "zed" / "02_sinusoidal" / "02_sinusoidal.ipynb", NOTEBOOK)
+    # No class-wide count is left to share: the walk's size is bounded by the top folder's listing times each
+    # top folder's own bound.
+    assert safe_files.MAX_TOTAL_ENTRIES == safe_files.MAX_ENTRIES_PER_FOLDER * (1 + safe_files.MAX_ENTRIES_PER_TOP_FOLDER)
+    monkeypatch.setattr(safe_files, "MAX_ENTRIES_PER_TOP_FOLDER", 20)
+    collection = _promptly(collect, tmp_path / "class", ASSIGNMENTS, tmp_path / "received")
+    graded = {submission.student: submission for submission in collection.submissions}
+    assert graded["zed"].path == tmp_path / "received" / "zed" / "02_sinusoidal" / "02_sinusoidal.ipynb"
+    assert "aaa holds more than 20 names below it; the rest of it was not read" in collection.warnings
 
 
 # ----------------------------------------------------------------------------------- read_notebook (check, prepare)

@@ -20,6 +20,7 @@ from autograder.intake.exchange import MAX_COLLECTED_BYTES
 from autograder.sandbox import cgroups
 from autograder.sandbox.stage import KERNEL_FILES, STARTUP_SECONDS
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, RESERVED_FREE_BYTES
+from autograder.student.safe_files import MAX_ENTRIES_PER_TOP_FOLDER
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 from autograder.verdicts.verdict import CHECK_MEMORY_MB, CHECK_SECONDS
 
@@ -50,6 +51,7 @@ def test_the_built_guide_prints_the_limits_the_grader_holds():
         f"one tmpfs of --tmp-mb and {KERNEL_FILES:,} files",
         f"stopped after {RENDER_SECONDS // 60} minutes",
         f"limits and {VIEW_SECONDS} seconds of CPU time",
+        f"({MAX_ENTRIES_PER_TOP_FOLDER:,} names below each student's folder",
     ]
     missing = [phrase for phrase in wanted if phrase not in text]
     assert not missing, missing

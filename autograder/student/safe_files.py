@@ -18,7 +18,10 @@ most ``cap + 1`` bytes are read, so a file that grows while it is read is refuse
 
 A listing (:func:`walk`) never follows a link either, and it is bounded: at most
 :data:`MAX_ENTRIES_PER_FOLDER` names per folder, :data:`MAX_DEPTH` folders deep and
-:data:`MAX_TOTAL_ENTRIES` names in all, with a warning when a bound is reached.
+:data:`MAX_ENTRIES_PER_TOP_FOLDER` names below each folder at the tree's top (a student's), with a warning
+naming the folder when a bound is reached. No bound is shared between two top folders: a student who fills
+their own folder with names loses the rest of their own folder, never another student's (a class-wide count
+once let the first student in the listing hide every student after them).
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ if TYPE_CHECKING:
 
 MAX_ENTRIES_PER_FOLDER = 10_000
 MAX_DEPTH = 16  # folders below the tree's root
-MAX_TOTAL_ENTRIES = 200_000
+MAX_ENTRIES_PER_TOP_FOLDER = 2_000  # names below one folder at the tree's top: a student's six assignments
+# With at most MAX_ENTRIES_PER_FOLDER folders at the top, a walk holds at most this many names.
+MAX_TOTAL_ENTRIES = MAX_ENTRIES_PER_FOLDER * (1 + MAX_ENTRIES_PER_TOP_FOLDER)
 _READ_CHUNK = 1024**2
 
 
@@ -363,16 +368,18 @@ def _read_open_file(descriptor: int, name: str, cap: int) -> bytes:
 
 def walk(root: Folder, skipped: Callable[[str], bool] = lambda name: False) -> Walk:
     """Every name below ``root`` (links are listed, never followed), except those ``skipped`` says and what is
-    below them; bounded by :data:`MAX_ENTRIES_PER_FOLDER`, :data:`MAX_DEPTH` and :data:`MAX_TOTAL_ENTRIES`."""
+    below them; bounded by :data:`MAX_ENTRIES_PER_FOLDER`, :data:`MAX_DEPTH` and, for each folder at the top,
+    :data:`MAX_ENTRIES_PER_TOP_FOLDER` (so by :data:`MAX_TOTAL_ENTRIES` in all)."""
     result = Walk()
     bounds: dict[str, str] = {}
-    _walk_folder(root, (), skipped, result, bounds)
+    _walk_folder(root, (), skipped, result, bounds, {})
     result.entries.sort(key=lambda entry: entry.parts)
     result.warnings.extend(bounds.values())
     return result
 
 
-def _walk_folder(folder: Folder, parts: tuple[str, ...], skipped, result: Walk, bounds: dict[str, str]) -> None:
+def _walk_folder(folder: Folder, parts: tuple[str, ...], skipped, result: Walk, bounds: dict[str, str],
+                 below_top: dict[str, int]) -> None:
     where = shown("/".join(parts)) if parts else "the class's folder"
     names, cut = folder.entries()
     if cut:
@@ -382,11 +389,13 @@ def _walk_folder(folder: Folder, parts: tuple[str, ...], skipped, result: Walk, 
     for name, kind in names:
         if skipped(name):
             continue
-        if len(result.entries) >= MAX_TOTAL_ENTRIES:
-            bounds.setdefault(
-                "total", f"the tree holds more than {MAX_TOTAL_ENTRIES} names; the rest were not read"
-            )
-            return
+        if parts:  # a name below a top folder counts against that folder's bound only
+            top = parts[0]
+            if below_top.get(top, 0) >= MAX_ENTRIES_PER_TOP_FOLDER:
+                bounds.setdefault(f"top {top}", f"{shown(top)} holds more than {MAX_ENTRIES_PER_TOP_FOLDER} names "
+                                                f"below it; the rest of it was not read")
+                return
+            below_top[top] = below_top.get(top, 0) + 1
         result.entries.append(Entry((*parts, name), kind))
         if kind != "folder":
             continue
@@ -397,6 +406,6 @@ def _walk_folder(folder: Folder, parts: tuple[str, ...], skipped, result: Walk, 
             continue
         try:
             with folder.child(name) as inner:
-                _walk_folder(inner, (*parts, name), skipped, result, bounds)
+                _walk_folder(inner, (*parts, name), skipped, result, bounds, below_top)
         except Refused as error:  # replaced by a link or removed since the listing
             bounds.setdefault(f"refused {where}/{name}", f"{where}: {error}; not read")
