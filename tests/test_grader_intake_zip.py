@@ -265,6 +265,26 @@ def test_grade_of_a_hostile_zip_grades_every_student_and_says_why_each_was_refus
         assert {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)} == dict.fromkeys(reasons, 0.0)
 
 
+def test_a_student_with_thousands_of_members_in_a_class_zip_stops_no_other_student(tmp_path, monkeypatch):
+    """Round 12: 20,001 members in one student's folder made the whole zip refused; now that student's own
+    folder is cut at its bound, with a warning, and the others are read."""
+    from autograder.student import safe_files
+
+    monkeypatch.setattr(safe_files, "MAX_ENTRIES_PER_TOP_FOLDER", 30)
+    for prefix in ("", "class/"):  # students at the zip's top, or in the one folder it holds
+        archive = tmp_path / f"class{len(prefix)}.zip"
+        with zipfile.ZipFile(archive, "w") as bundle:
+            for number in range(25_000):
+                bundle.writestr(f"{prefix}aaa/01_permutation/junk{number:05d}", "")
+            bundle.writestr(f"{prefix}zed/01_permutation/01_permutation.ipynb", NOTEBOOK)
+        received = tmp_path / f"received{len(prefix)}"
+        collection = collect(archive, ASSIGNMENTS, received)
+        assert [(submission.student, submission.path) for submission in collection.submissions] == [
+            ("aaa", None), ("zed", received / "zed" / "01_permutation" / "01_permutation.ipynb")]
+        assert f"{prefix}aaa holds more than 30 names below it in the zip; the rest of it was not read" in (
+            collection.warnings)
+
+
 def test_a_zip_whose_directory_is_too_large_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
     """zipfile parses a zip's whole directory into memory; its size is read from the end records first.
     66,000 members of 60-byte names: 66,000 x (46 + 60) bytes of directory, declared in the zip64 record."""

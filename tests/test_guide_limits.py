@@ -17,6 +17,7 @@ from autograder.feedback.limited import RENDER_SECONDS
 from autograder.formgrader.rendering import VIEW_SECONDS
 from autograder.grade import configured_limits
 from autograder.intake.exchange import MAX_COLLECTED_BYTES
+from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES
 from autograder.sandbox import cgroups
 from autograder.sandbox.stage import KERNEL_FILES, STARTUP_SECONDS
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, RESERVED_FREE_BYTES
@@ -52,6 +53,7 @@ def test_the_built_guide_prints_the_limits_the_grader_holds():
         f"stopped after {RENDER_SECONDS // 60} minutes",
         f"limits and {VIEW_SECONDS} seconds of CPU time",
         f"({MAX_ENTRIES_PER_TOP_FOLDER:,} names below each student's folder",
+        f"the whole zip by its directory ({MAX_DIRECTORY_BYTES // 1000**2} MB,",
     ]
     missing = [phrase for phrase in wanted if phrase not in text]
     assert not missing, missing

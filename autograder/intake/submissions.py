@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import EXCHANGE_FILES, MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.zip_tree import MAX_ZIP_MEMBERS, ZipTree
+from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, ZipTree
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, Budget
 from autograder.student.safe_files import Entry, Folder, Refused, shown, walk
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
-__all__ = ["MAX_ZIP_MEMBERS", "Collection", "Skipped", "Submission", "class_root", "collect"]
+__all__ = ["MAX_DIRECTORY_BYTES", "MAX_ZIP_MEMBERS", "Collection", "Skipped", "Submission", "class_root", "collect"]
 
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}")
 _SKIPPED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
@@ -178,7 +178,7 @@ def collect(
 
     Raises:
         ValueError: ``received`` holds files already; ``max_bytes`` is not a positive number; ``root`` is a
-            file that is not a zip, or a zip of more than :data:`MAX_ZIP_MEMBERS` members.
+            file that is not a zip, or a zip whose directory is larger than :data:`MAX_DIRECTORY_BYTES`.
         OSError: ``root`` is no folder or file that can be opened.
     """
     _empty_folder(received)

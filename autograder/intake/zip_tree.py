@@ -5,7 +5,11 @@ The members' names make the same entries as a folder's walk (:class:`autograder.
 that :mod:`autograder.intake.submissions` finds the submissions of a zip by the same rules as those of a
 folder. A name that is absolute, holds ``..`` or a part longer than :data:`MAX_NAME_BYTES` bytes is left out
 with a warning; a member marked as a symbolic link is listed as a link (never read); a name used twice, or as
-a file and a folder, is refused when it is read.
+a file and a folder, is refused when it is read. As in a folder's walk, each student's folder holds at most
+:data:`~autograder.student.safe_files.MAX_ENTRIES_PER_TOP_FOLDER` names (the rest of it is left out, with a
+warning naming it): no count is shared between students, so one student's thousands of files hide nothing of
+another's. What bounds the whole zip is the size of its directory (:data:`MAX_DIRECTORY_BYTES`), which zipfile
+parses before anyone's work can be found: a zip past it is refused whole, with the reason.
 
 A member is read (:meth:`ZipTree.copy`) only after what its header declares passes: not encrypted, compressed
 by a method Python reads (:data:`READABLE_METHODS`), a declared size of at most the cap, counted in the
@@ -27,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from autograder.student import safe_files
 from autograder.student.received import Budget, write_chunks
 from autograder.student.safe_files import Entry, Refused, shown
 
@@ -56,6 +61,8 @@ class ZipTree:
     warnings: list[str] = field(default_factory=list)
     files: dict[tuple[str, ...], list[zipfile.ZipInfo]] = field(default_factory=dict)
     folders: set[tuple[str, ...]] = field(default_factory=set)
+    student_level: int = 0  # where students' folders stand: 1 in a zip whose members all lie in one folder
+    names_below: dict[tuple[str, ...], int] = field(default_factory=dict)
 
     @classmethod
     @contextmanager
@@ -63,8 +70,8 @@ class ZipTree:
         """The tree of the zip ``archive``; names ``skipped`` says are left out with all below them.
 
         Raises:
-            ValueError: ``archive`` is not a zip, its directory cannot be read, or it holds more than
-                :data:`MAX_ZIP_MEMBERS` members.
+            ValueError: ``archive`` is not a zip, or its directory cannot be read or is larger than
+                :data:`MAX_DIRECTORY_BYTES`.
         """
         declared = directory_bytes(archive)
         if declared is not None and declared > MAX_DIRECTORY_BYTES:
@@ -76,9 +83,8 @@ class ZipTree:
             raise ValueError(f"{archive} is not a zip file that can be read ({type(error).__name__}: {error})") from error
         with bundle:
             members = bundle.infolist()
-            if len(members) > MAX_ZIP_MEMBERS:
-                raise ValueError(f"{archive} holds {len(members)} files; at most {MAX_ZIP_MEMBERS} are read")
-            tree = cls(bundle)
+            tops = {member.filename.replace("\\", "/").lstrip("/").split("/", 1)[0] for member in members}
+            tree = cls(bundle, student_level=1 if len(tops) == 1 else 0)
             for member in members:
                 tree._add(member, skipped)
             tree._list()
@@ -97,6 +103,16 @@ class ZipTree:
         if any(skipped(part) for part in name.parts):
             return
         parts = name.parts
+        student = parts[: self.student_level + 1]
+        if len(parts) > len(student):  # a name below a student's folder counts against that folder's bound only
+            if self.names_below.get(student, 0) >= safe_files.MAX_ENTRIES_PER_TOP_FOLDER:
+                if self.names_below[student] == safe_files.MAX_ENTRIES_PER_TOP_FOLDER:  # warned once
+                    self.names_below[student] += 1
+                    self.warnings.append(f"{shown('/'.join(student))} holds more than "
+                                         f"{safe_files.MAX_ENTRIES_PER_TOP_FOLDER} names below it in the zip; the "
+                                         f"rest of it was not read")
+                return
+            self.names_below[student] = self.names_below.get(student, 0) + 1
         self.folders.update(parts[:end] for end in range(1, len(parts)))
         if member.is_dir():
             self.folders.add(parts)
