@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.feedback.escape import report_text
-from autograder.feedback.pages import add_notes, ungraded_page
+from autograder.feedback.pages import add_notes, file_text, ungraded_page
 from autograder.sandbox import cgroups
 from autograder.sandbox.crossing import AnswerError, read_answer
 from autograder.sandbox.grading_stage import StageRequest, students_splits
@@ -79,7 +79,7 @@ def write_ungraded(task: Task, reason: str, *, grader_failure: bool = False) -> 
     try:
         task.feedback.parent.mkdir(parents=True, exist_ok=True)
         page = ungraded_page(task.student, task.assignment, reason, result.items, result.notes)
-        task.feedback.write_bytes(page.encode("utf-8", "backslashreplace"))
+        task.feedback.write_bytes(file_text(page).encode("utf-8", "backslashreplace"))
     except Exception as error:  # noqa: BLE001 (the grade and its reason must reach grades.csv and report.txt)
         result.notes.append(f"the feedback page could not be written ({type(error).__name__})")
     return result
@@ -218,7 +218,7 @@ def _accept(task: Task, outcome: StageOutcome, memory_note: str, log: list[str],
     if memory_note:
         notes.append(memory_note)
     task.feedback.parent.mkdir(parents=True, exist_ok=True)
-    task.feedback.write_text(add_notes(answer.feedback, notes), encoding="utf-8")
+    task.feedback.write_text(file_text(add_notes(answer.feedback, notes)), encoding="utf-8")
     if task.autograded is not None:  # the notebook the formgrader shows the instructor: the cleaned one
         task.autograded.parent.mkdir(parents=True, exist_ok=True)
         task.autograded.write_text(answer.autograded, encoding="utf-8")

@@ -32,6 +32,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 ASSIGNMENT = "04_relative"
 STUDENT = "mistakes"
+TERMINAL_CONTROLS = "\x1b]0;owned\x07\x1b]52;c;b3duZWQ=\x07\x9b2J"  # a window title, a clipboard write, a cleared screen
 WRITTEN = "self_bias_answer"  # 4.6, graded by hand
 COMMENT = "See <b>x</b>: the bias depends on the distance only.\n<script>window.commentRan = 1</script>"
 # The items of 04 as its introduction lists them, in the order of the notebook.
@@ -92,6 +93,11 @@ def graded(tmp_path_factory) -> Path:
         pytest.skip(f"the grader's sandbox cannot run here: {reason}")
     root = tmp_path_factory.mktemp("feedback-page")
     write_full_and_mistakes(root / "class", ASSIGNMENT)
+    path = root / "class" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    answer = next(cell for cell in notebook.cells if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"))
+    answer.source += f"\n# {TERMINAL_CONTROLS}"  # a comment in an answer: the page shows it, a terminal must not run it
+    nbformat.write(notebook, path)
     out = root / "graded"
     completed = run_module("autograder", "grade", str(root / "class"), "--out", str(out), "--jobs", "2", timeout=900)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
@@ -107,6 +113,16 @@ def graded(tmp_path_factory) -> Path:
 
 def _page(out: Path) -> Path:
     return out / "feedback" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.html"
+
+
+def test_the_feedback_page_file_runs_no_escape_sequence_in_a_terminal(graded):
+    """Round 12: an answer's escape sequences (the window title, a clipboard write, a cleared screen) reached the
+    page's file raw, and ``cat`` on it ran them. The page, made again by ``feedback`` after a hand grade, shows
+    them as visible escapes."""
+    page = _page(graded).read_text(encoding="utf-8")
+    controls = {character for character in TERMINAL_CONTROLS if ord(character) < 0x20 or 0x7F <= ord(character) <= 0x9F}
+    assert controls == {"\x1b", "\x07", "\x9b"} and not controls & set(page)
+    assert "\\x1b]0;owned\\x07" in page and "\\x9b2J" in page
 
 
 def test_the_notebook_the_formgrader_shows_holds_no_machinery_and_keeps_the_student_s_code(graded):

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.course import load_config, run_app
-from autograder.feedback.pages import add_notes
+from autograder.feedback.pages import add_notes, file_text
 from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
 from autograder.feedback.template import exporter_config
 from autograder.sandbox.launcher import Limits
@@ -82,7 +82,7 @@ def write_page(out: Path, result: Result, db_url: str, limits: Limits) -> None:
     text = render_page(autograded_notebook(out, result), student, assignment, db_url, result.notes, limits)
     page.parent.mkdir(parents=True, exist_ok=True)
     partial = page.with_name(page.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
+    partial.write_text(file_text(text), encoding="utf-8")
     os.replace(partial, page)
 
 

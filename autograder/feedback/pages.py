@@ -1,7 +1,9 @@
 """Feedback pages: nbgrader's, with the grader's notes on top, and a page for what could not be graded.
 
 Both carry the Content-Security-Policy of :mod:`autograder.feedback.escape` (no script runs, nothing loads from
-elsewhere); every text of ours that a student chose (names, reasons, notes) is escaped.
+elsewhere); every text of ours that a student chose (names, reasons, notes) is escaped. A page is also a file
+that an instructor may ``cat`` or ``grep`` in a terminal: :func:`file_text` shows every character a terminal
+acts on (escape sequences, C1 controls) as a visible escape, wherever on the page it came from.
 """
 
 from __future__ import annotations
@@ -10,7 +12,18 @@ import re
 from collections.abc import Sequence
 
 from autograder.feedback.escape import CSP_META, html_text
+from autograder.student.terminal import visible
 from autograder.types import Item
+
+# What a terminal acts on, but a page needs nowhere: C0 controls other than tab, newline and carriage return,
+# DEL and the C1 controls (U+0080..U+009F, which some terminals read as ESC + a letter).
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def file_text(page: str) -> str:
+    """``page`` as it is written to a file: every character of :data:`_TERMINAL_CONTROLS` shown as a visible
+    escape (``\\x1b``), so that ``cat`` or ``grep`` on the file runs no escape sequence."""
+    return _TERMINAL_CONTROLS.sub(visible, page)
 
 _STYLE = (
     "border:2px solid #b45309;background:#fffbeb;color:#1f2937;padding:0.75em 1.25em;margin:1em auto;"
