@@ -186,6 +186,9 @@ WRONG = [
     ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (j <= prefix)"), "too many keys"),
     ("01_permutation", "attention_test", PREFIX_BODY.format(visible="(j <= i) | (i < prefix)"), "too many keys"),
     ("01_permutation", "causal_test", PREFIX_BODY.format(visible="(j >= i) | (j < prefix)"), "causal output of the first"),
+    # Round 12: no attention at all (each token its own value) is causal too; a later token must see earlier ones.
+    ("01_permutation", "causal_test", "def self_attention(x, w_query, w_key, w_value, prefix=None):\n    return x @ w_value",
+     "row 3 did not change when token 0"),
     (
         "01_permutation",
         "equivariance_test",
