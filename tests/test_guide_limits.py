@@ -19,6 +19,7 @@ from autograder.grade import configured_limits
 from autograder.intake.exchange import MAX_COLLECTED_BYTES
 from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES
 from autograder.sandbox import cgroups
+from autograder.sandbox.launcher import KERNEL_OPEN_FILES
 from autograder.sandbox.stage import KERNEL_FILES, STARTUP_SECONDS
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, RESERVED_FREE_BYTES
 from autograder.student.safe_files import MAX_ENTRIES_PER_TOP_FOLDER
@@ -51,7 +52,9 @@ def test_the_built_guide_prints_the_limits_the_grader_holds():
         f"plus {STARTUP_SECONDS} s its whole process group",
         f"one tmpfs of --tmp-mb and {KERNEL_FILES:,} files",
         f"stopped after {RENDER_SECONDS // 60} minutes",
-        f"limits and {VIEW_SECONDS} seconds of CPU time",
+        f"limits and {VIEW_SECONDS} seconds of CPU time and of wall clock",
+        f"under the stage's limits and {VIEW_SECONDS} seconds (autograder/formgrader/views.py)",
+        f"a kernel within its {KERNEL_OPEN_FILES} open files and {configured_limits().processes} processes",
         f"({MAX_ENTRIES_PER_TOP_FOLDER:,} names below each student's folder",
         f"the whole zip by its directory ({MAX_DIRECTORY_BYTES // 1000**2} MB,",
     ]
@@ -66,6 +69,7 @@ def test_the_built_guides_table_gives_every_kernel_limit_its_default():
 
 
 @pytest.mark.parametrize("number", ["64 MiB/s", "1,000 operations", "2048 MB", "256 MB kept", "10,000 files",
-                                    "| 4096 |", "50 MB", "after 5 minutes"])
+                                    "| 4096 |", "50 MB", "after 5 minutes",
+                                    "and 60 seconds", "256 open files and 64 processes"])
 def test_the_guides_source_writes_no_limit_by_hand(number):
     assert number not in SOURCE.read_text(encoding="utf-8")
