@@ -70,16 +70,17 @@ SELECTED = (
 # - rewrite_later_cells: its input transformer turns every later cell into ``pass``, hidden tests included, so
 #   every graded cell runs without error: all 13 points.
 # - patch_answers_module: ``check_close`` does nothing, so its wrong answers of the right shapes pass: a
-#   self_attention that returns zeros (attention_test, 2 points; causal_test, 1 point: its rows of zeros do
-#   not change when the last token does) and an equivariance_error that returns 0.0 (equivariance_test, 1).
+#   self_attention that returns zeros (attention_test, 2 points; not causal_test: its rows of zeros do not change
+#   when the first token does either, which 1.2 requires since round 12) and an equivariance_error that returns
+#   0.0 (equivariance_test, 1).
 #   It also sets ``quiz_attention_symmetry = "A"`` and replaces ``as_choice`` by a function that returns "B":
 #   plain nbgrader runs the hidden tests with the source's letters (it knows no per-student order), where "B"
 #   is wrong for Quiz 1 (the source's "C") and right for Quiz 2 (the source's "B"), 1 point; conclusions_test,
-#   maps_test, blind_test and count_test fail on names the attack never defines: 5 points.
-GAINING_SCORES = {"rewrite_later_cells": 13.0, "patch_answers_module": 5.0}
+#   maps_test, blind_test and count_test fail on names the attack never defines: 4 points.
+GAINING_SCORES = {"rewrite_later_cells": 13.0, "patch_answers_module": 4.0}
 GAINING_CELLS = {
     "rewrite_later_cells": set(GRADED_CELLS),
-    "patch_answers_module": {"attention_test", "causal_test", "equivariance_test", "quiz_bag_of_words_test"},
+    "patch_answers_module": {"attention_test", "equivariance_test", "quiz_bag_of_words_test"},
 }
 # The others earn 0 under plain nbgrader as well, each for its own reason:
 # - forge_reports rewrites only cells holding our grader's AUTOGRADER-REPORT marker, which plain nbgrader's
