@@ -35,7 +35,7 @@ from pathlib import Path
 
 from autograder.feedback.escape import report_text
 from autograder.feedback.pages import add_notes, file_text, ungraded_page
-from autograder.sandbox import cgroups
+from autograder.sandbox import accounts, cgroups
 from autograder.sandbox.crossing import AnswerError, read_answer
 from autograder.sandbox.grading_stage import StageRequest, students_splits
 from autograder.sandbox.phases import phase_seconds
@@ -123,17 +123,36 @@ def _memory_note(task: Task, groups: Groups | None) -> str:
     return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
 
 
-def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float]) -> StageOutcome:
+def _kernel_namespace(log: list[str]) -> int | None:
+    """The user namespace that gives this worker's kernels an account of their own (:mod:`autograder.sandbox.accounts`),
+    or None where the grader cannot map one (the log says why)."""
+    if not accounts.can_map_accounts():
+        log += log_lines("grader", "the kernel runs under the grader's account (only a grader run as root gives it one of its own)")
+        return None
+    account = accounts.kernel_account()
+    try:
+        descriptor = accounts.user_namespace(account)
+    except OSError as error:
+        log += log_lines("grader", f"the kernel runs under the grader's account: {error}")
+        return None
+    log += log_lines("grader", f"the kernel runs under the machine's user ID {account}, an account of its own")
+    return descriptor
+
+
+def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float], log: list[str]) -> StageOutcome:
     released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
     jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
     size = task.notebook.stat().st_size
     kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
+    namespace = None
     if task.use_bwrap:
         request = StageRequest(task, released, ROOT, True, size, kernel_group)
+        namespace = _kernel_namespace(log)
         argv = bwrap_stage_argv(
             task.template, jupyter, task.notebook,
             extra=(Path(task.kernel_view),) if task.kernel_view else (),
             writable=tuple(Path(folder) / "cgroup.procs" for folder in (kernel_group or (0, ()))[1]),
+            user_namespace=namespace,
         )
         environment, cwd = stage_environment(jupyter, HOME), None
     else:
@@ -143,10 +162,15 @@ def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float]) -> 
         argv = [sys.executable, "-m", "autograder.sandbox"]
         environment, cwd = stage_environment(jupyter, str(root / "home")), str(root)
     marks["spawned"] = time.monotonic()
-    outcome = run_stage(
-        pickle.dumps(request), argv, environment, task.limits, cwd=cwd,
-        join_group=None if groups is None else groups.stage.join,
-    )
+    try:
+        outcome = run_stage(
+            pickle.dumps(request), argv, environment, task.limits, cwd=cwd,
+            join_group=None if groups is None else groups.stage.join,
+            pass_fds=() if namespace is None else (namespace,),
+        )
+    finally:
+        if namespace is not None:
+            os.close(namespace)
     marks["exited"] = time.monotonic()
     return outcome
 
@@ -166,7 +190,7 @@ def grade_task(task: Task) -> Result:
         # The expected values of this student's varied items are computed here, not in the stage: they need torch,
         # which a worker imports once, where each stage would import it again.
         task = dataclasses.replace(task, student_splits=students_splits(task))
-        outcome = _start_stage(task, groups, marks)
+        outcome = _start_stage(task, groups, marks, log)
         result = _accept(task, outcome, _memory_note(task, groups), log, marks)
         marks["done"] = time.monotonic()
         return dataclasses.replace(result, seconds=phase_seconds(marks))

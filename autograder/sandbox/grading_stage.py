@@ -33,7 +33,7 @@ import nbformat
 
 from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
-from autograder.sandbox import phases
+from autograder.sandbox import accounts, phases
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
@@ -154,8 +154,13 @@ def _set_kernel_sandbox(request: StageRequest, root: Path) -> Path:
     returns the folder."""
     task = request.task
     kernel = root / "kernel"
+    # Where the kernel has an account of its own, it writes its three folders as that account; sticky, so that it
+    # cannot remove or replace what the stage put there (the connection file).
+    shared = request.sandboxed and accounts.kernel_account_mapped()
     for name in ("tmp", "shm", "runtime"):
         (kernel / name).mkdir(parents=True, mode=0o700, exist_ok=True)
+        if shared:
+            (kernel / name).chmod(0o1777)
     settings = Settings(
         scratch=str(kernel / "tmp"),
         runtime=str(kernel / "runtime"),

@@ -9,12 +9,15 @@ CONNECTION_FILE``; this launcher reads its :class:`Settings` from the environmen
 2. moves itself into the kernel's control group (:mod:`autograder.sandbox.cgroups`: memory with shared memory
    counted, processes, an equal CPU share), made by the worker, which removes it and everything left in it
    after the notebook ran;
-3. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
+3. where its grading stage maps the kernel an account of its own on the machine (a grader run as root:
+   :mod:`autograder.sandbox.accounts`), becomes that account, so that what Linux counts per account (epoll
+   watches, pipe buffers, processes) is the kernel's alone;
+4. sets the resource limits (``setrlimit``, soft and hard alike: address space, CPU seconds, processes, file
    size, no core files, open files, no message queues, no queued signals) and installs a seccomp filter that
    holds the memory the address space does not count and the grader's account's own objects: no anonymous
    memory files, System V IPC, keyrings, inotify or message queues, Unix and netlink sockets only, no socket or
    pipe buffer enlarged (:mod:`autograder.sandbox.seccomp`);
-4. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
+5. replaces itself with the kernel, in an environment built from an allowlist (:func:`kernel_environment`),
    inside bubblewrap, as the unprivileged user ``nobody`` of a user namespace of its own, with no capability,
    and with a second seccomp filter that bubblewrap loads once it has made the sandbox: an allowlist of system
    calls, and no namespace (:func:`autograder.sandbox.seccomp.allowlist_program`; without bubblewrap, installed
@@ -58,7 +61,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from autograder.sandbox import seccomp
+from autograder.sandbox import accounts, seccomp
 from autograder.sandbox.kernel_view import MOUNT, STUDENT_IMPORTS, default_kernel_view
 from autograder.student.parameters import ENABLED_VARIABLE, STUDENT_VARIABLE
 from autograder.student.progress import GRADING_VARIABLE
@@ -266,6 +269,16 @@ def stage_proc_covers(empty_file: str, proc: str = "/proc") -> list[str]:
     return argv
 
 
+def empty_cover_file(writable: str) -> str:
+    """The empty, read-only file in the kernel's writable folder that covers files of ``/proc``; made once."""
+    path = os.path.join(writable, "empty")
+    if not os.path.exists(path):
+        with open(path, "w"):
+            pass
+        os.chmod(path, 0o444)
+    return path
+
+
 def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     """The bwrap command line that runs ``command`` in the sandbox described by ``settings`` (inside a grading
     stage, it first writes the empty file that covers ``/proc``'s entries, ``empty`` in ``settings.writable``)."""
@@ -274,10 +287,7 @@ def bwrap_argv(settings: Settings, command: list[str]) -> list[str]:
     # virtual environment there), and is bound on top of them.
     tmp_size = str(settings.limits.tmp_mb * MEGABYTE)
     if settings.writable:
-        empty_file = os.path.join(settings.writable, "empty")
-        with open(empty_file, "w"):
-            pass
-        os.chmod(empty_file, 0o444)
+        empty_file = empty_cover_file(settings.writable)
         argv += ["--ro-bind", "/proc", "/proc", *stage_proc_covers(empty_file), "--dev", "/dev", *NO_PTYS]
         for path, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
             argv += ["--bind", os.path.join(settings.writable, name), path]
@@ -437,6 +447,11 @@ def main(argv: list[str]) -> None:
         for folder in settings.cgroup[1]:
             with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
                 procs.write(str(os.getpid()))
+    if settings.writable and os.getuid() == 0 and accounts.kernel_account_mapped():
+        # The kernel's account of its own (autograder.sandbox.accounts): what it reads made readable, then the switch.
+        empty_cover_file(settings.writable)
+        os.chmod(visible, 0o644)
+        accounts.become_kernel_account()
     apply_limits(settings.limits)
     try:
         seccomp.install()

@@ -23,9 +23,11 @@ and a wall-clock limit past which its whole process group is killed. Inside, bef
 - ``/grading/kernel``: everything the student's kernel can write: its ``/tmp``, its ``/dev/shm``, its
   runtime folder (the connection file and sockets) and its log;
 
-then drops every capability (bounding set included), forbids new privileges and makes itself not dumpable,
-so that the kernel, which runs as the same user in a sandbox nested in this one
-(:mod:`autograder.sandbox.launcher`), can neither read its memory nor trace it.
+then drops every capability (bounding set included) but what its kernel's launcher needs
+(:func:`kept_capabilities`), forbids new privileges and makes itself not dumpable, so that the kernel, in a
+sandbox nested in this one (:mod:`autograder.sandbox.launcher`), can neither read its memory nor trace it.
+A grader run as root gives the stage a user namespace that maps a second user, the kernel's account on the
+machine (:mod:`autograder.sandbox.accounts`); the kernel then runs as that user, another than the stage's.
 
 Without bubblewrap (``--no-sandbox``) the stage runs as a plain process under the same resource and time
 limits, its folders on the grader's disk, uncapped; the grader says so on the terminal and in report.txt.
@@ -49,7 +51,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from autograder import REPOSITORY
+from autograder.sandbox import accounts
 from autograder.sandbox.launcher import (
+    ETC_FILES,
     MEGABYTE,
     PROC_SYS_READ_ONLY,
     SYSTEM_FOLDERS,
@@ -111,34 +115,59 @@ def stage_readable_folders() -> list[str]:
     return sorted(path for path in wanted if not any(other != path and _inside(path, other) for other in wanted))
 
 
+def traversed_folders(bound: list[str]) -> list[str]:
+    """The folders above the ``bound`` paths, outermost first, but those that a system folder or a bound path
+    already holds."""
+    holders = [*SYSTEM_FOLDERS, *bound]
+    above = {str(parent) for path in bound for parent in Path(path).parents if str(parent) != "/"}
+    above = {folder for folder in above if not any(_inside(folder, holder) for holder in holders)}
+    return sorted(above, key=lambda folder: (folder.count("/"), folder))
+
+
 def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
 def bwrap_stage_argv(
-    template: Path, jupyter: Path, notebook: Path, extra: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()
+    template: Path,
+    jupyter: Path,
+    notebook: Path,
+    extra: tuple[Path, ...] = (),
+    writable: tuple[Path, ...] = (),
+    user_namespace: int | None = None,
 ) -> list[str]:
     """The bwrap command line of a stage: read-only the system, Python, the course's packages, the template
     course with its kernelspec, the student's notebook and the ``extra`` folders (the kernel's view of the
     course); writable the ``writable`` files (the kernel's ``cgroup.procs``), and nothing else until
-    :func:`enter` mounts ``/grading``."""
+    :func:`enter` mounts ``/grading``. ``user_namespace``: a descriptor of the namespace that maps the kernel's
+    account (:func:`autograder.sandbox.accounts.user_namespace`; the caller passes it to bwrap), or None for a
+    new one with the caller's user alone."""
     argv = [shutil.which("bwrap") or "bwrap"]
     # Every namespace but the control groups': the kernel's launcher moves the kernel into its group (a sibling
     # of the stage's, which a namespace rooted at the stage's group would refuse).
-    argv += ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
-    argv += ["--die-with-parent", "--new-session", "--uid", "0", "--gid", "0"]
+    if user_namespace is None:
+        argv += ["--unshare-user", "--uid", "0", "--gid", "0"]
+    else:
+        argv += ["--userns", str(user_namespace)]
+    argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session"]
     # CAP_SYS_ADMIN for the two mounts, CAP_SETPCAP to empty the bounding set after them (drop_privileges).
-    # CAP_SETFCAP stays (see drop_privileges).
-    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SETFCAP"]
+    # What the kernel's launcher and nbgrader need stays (kept_capabilities).
+    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    kept = ("CAP_SETFCAP",) if user_namespace is None else ("CAP_KILL", "CAP_SETUID", "CAP_SETGID")
+    for capability in kept:
+        argv += ["--cap-add", capability]
     # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
     # that insist.
     argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", "--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
+    readable = [*stage_readable_folders(), *(os.path.realpath(path) for path in (template, jupyter, notebook, *extra))]
+    # The folders that lead to what is bound, made here rather than by bwrap (which makes them 0700): the
+    # kernel's launcher, once it is the kernel's account, passes through them to /etc, Python and the kernel's view.
+    etc = [f"/etc/{name}" for name in ETC_FILES]
+    for folder in traversed_folders([*etc, *readable, *map(str, writable)]):
+        argv += ["--perms", "0755", "--dir", folder]
     argv += system_binds()
-    for folder in stage_readable_folders():
-        argv += ["--ro-bind", folder, folder]
-    for path in (template, jupyter, notebook, *extra):
-        real = os.path.realpath(path)
-        argv += ["--ro-bind", real, real]
+    for path in readable:
+        argv += ["--ro-bind", path, path]
     for path in writable:  # the kernel's control group's cgroup.procs, and nothing else of /sys
         argv += ["--bind", str(path), str(path)]
     argv += ["--dir", ROOT, "--remount-ro", "/", "--chdir", "/tmp", "--"]
@@ -206,11 +235,13 @@ def run_stage(
     seconds: float | None = None,
     limits_before_exec: bool = True,
     activity: str = "grading",
+    pass_fds: tuple[int, ...] = (),
 ) -> StageOutcome:
     """Run a stage: ``request`` on its standard input, its standard output kept up to
     :data:`MAX_RESPONSE_BYTES`, the end of its standard error; its whole process group killed after
     ``seconds`` of wall-clock time (default :func:`stage_seconds`; ``activity`` names what took too long).
-    ``join_group`` (a control group's ``join``) runs in the child before it executes bwrap. With ``limits_before_exec`` False (a caller with threads of its own, such as a
+    ``join_group`` (a control group's ``join``) runs in the child before it executes bwrap; ``pass_fds`` stay
+    open in it (the stage's user namespace). With ``limits_before_exec`` False (a caller with threads of its own, such as a
     server, where code run between fork and exec may deadlock), nothing runs before exec and the program sets
     :func:`set_stage_limits` itself before it reads ``request``. Never raises for what the stage does."""
 
@@ -223,7 +254,7 @@ def run_stage(
         raise ValueError("join_group runs before exec: it needs limits_before_exec=True")
     process = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=cwd,
-        start_new_session=True,
+        start_new_session=True, pass_fds=pass_fds,
         preexec_fn=before_exec if limits_before_exec else None,  # noqa: PLW1509 (the worker starts no threads)
     )
     response: list[bytes] = []
@@ -267,6 +298,9 @@ def _kill_group(process: subprocess.Popen) -> None:
 # Inside the stage
 # ---------------------------------------------------------------------------------------------------------
 
+CAP_KILL = 5
+CAP_SETGID = 6
+CAP_SETUID = 7
 CAP_SETFCAP = 31
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -286,58 +320,79 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def mount_quota_folder(path: str, size_bytes: int, files: int) -> None:
+def mount_quota_folder(path: str, size_bytes: int, files: int, mode: int = 0o700) -> None:
     """A new tmpfs on ``path`` of at most ``size_bytes`` bytes and ``files`` files and folders.
 
     Raises:
         OSError: the mount failed (the stage then grades nothing).
     """
-    options = f"size={size_bytes},nr_inodes={files},mode=0700".encode()
+    options = f"size={size_bytes},nr_inodes={files},mode={mode:04o}".encode()
     if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", 0, options) != 0:
         error = ctypes.get_errno()
         raise OSError(error, f"cannot mount a tmpfs on {path}: {os.strerror(error)}")
 
 
-def drop_privileges() -> None:
-    """Every capability dropped but :data:`CAP_SETFCAP` (permitted, not effective), no new privileges, and not
-    dumpable: a process of the same user (the kernel) can no longer read this one's memory.
+def kept_capabilities(kernel_account: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What the stage keeps of its capabilities, as (permitted, effective).
 
-    CAP_SETFCAP is what the kernel's own bwrap needs to map its user onto this sandbox's user 0 (Linux asks
-    for it, since 5.12, of whoever maps a user namespace's root); with no other capability and no file
-    system to write but the two capped folders, it grants nothing else. The kernel's bwrap drops it
-    (``--cap-drop ALL``).
+    Without the kernel's account: CAP_SETFCAP, permitted only, for the kernel's bwrap to map the kernel's user
+    onto this sandbox's user 0 (Linux asks for it, since 5.12, of whoever maps a user namespace's root).
+
+    Where the stage maps the kernel's account (:mod:`autograder.sandbox.accounts`): CAP_SETUID and CAP_SETGID,
+    permitted only, for the launcher to become that account (only the two users this namespace maps can be
+    named), and CAP_KILL, effective, for nbgrader to interrupt and stop a kernel that is no longer its own
+    user's. It reaches no process outside this sandbox's process namespace: the stage's and its kernel's."""
+    if kernel_account:
+        return (CAP_KILL, CAP_SETUID, CAP_SETGID), (CAP_KILL,)
+    return (CAP_SETFCAP,), ()
+
+
+def drop_privileges(kept: tuple[tuple[int, ...], tuple[int, ...]] = ((CAP_SETFCAP,), ())) -> None:
+    """Every capability dropped but ``kept`` (permitted, and of them effective: :func:`kept_capabilities`), no
+    new privileges, and not dumpable: a process of the same user can no longer read this one's memory.
+
+    With no other capability and no file system to write but the two capped folders, the kept ones grant
+    nothing else; the kernel's launcher loses them (its setuid, or its bwrap's ``--cap-drop ALL``).
 
     Raises:
         OSError: a capability could not be dropped (the stage then grades nothing).
     """
     libc = _libc()
     last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    permitted, effective = kept
     for capability in range(last + 1):
-        if capability == CAP_SETFCAP:
+        if capability in permitted:
             continue
         if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
             raise OSError(ctypes.get_errno(), f"cannot drop capability {capability} from the bounding set")
     header = _CapabilityHeader(_CAPABILITY_VERSION_3, 0)
     data = (_CapabilityData * 2)()
-    data[0].permitted = 1 << CAP_SETFCAP
+    mask = sum(1 << capability for capability in permitted)
+    effective_mask = sum(1 << capability for capability in effective)
+    data[0].permitted = mask
+    data[0].effective = effective_mask
     if libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "cannot clear the capabilities")
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot forbid new privileges")
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    for name, allowed in (("CapEff", 0), ("CapPrm", 1 << CAP_SETFCAP), ("CapBnd", 1 << CAP_SETFCAP)):
+    for name, allowed in (("CapEff", effective_mask), ("CapPrm", mask), ("CapBnd", mask)):
         if int(status[name].strip(), 16) & ~allowed:
             raise OSError(0, f"capabilities are still held ({name} {status[name].strip()})")
 
 
 def enter(limits: Limits, notebook_bytes: int) -> None:
-    """In the sandbox, before anything is read: the two capped folders, then no privilege at all."""
-    mount_quota_folder(ROOT, stage_quota_bytes(limits, notebook_bytes), STAGE_FILES)
+    """In the sandbox, before anything is read: the two capped folders, then no privilege but what the kernel's
+    launcher needs (:func:`kept_capabilities`). Where the kernel has an account of its own, the two folders
+    let it pass through to its own folders (mode 0711: no listing), for its bwrap to bind them."""
+    kernel_account = accounts.kernel_account_mapped()
+    mode = 0o711 if kernel_account else 0o700
+    mount_quota_folder(ROOT, stage_quota_bytes(limits, notebook_bytes), STAGE_FILES, mode)
     kernel = os.path.join(ROOT, KERNEL_FOLDER)
     os.mkdir(kernel, 0o700)
-    mount_quota_folder(kernel, kernel_quota_bytes(limits), KERNEL_FILES)
+    mount_quota_folder(kernel, kernel_quota_bytes(limits), KERNEL_FILES, mode)
     os.mkdir(HOME, 0o700)
-    drop_privileges()
+    drop_privileges(kept_capabilities(kernel_account))
 
 
 def main() -> NoReturn:

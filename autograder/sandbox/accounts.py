@@ -1,0 +1,111 @@
+"""An account of its own on the machine for each student's kernel.
+
+Linux counts some of what a process holds per account (per user ID on the machine), not per process: epoll
+watches (``fs.epoll.max_user_watches``), pipe buffers (``fs.pipe-user-pages-soft``), processes, queued
+signals. A kernel that runs under the grader's account draws on the grader's counts, and one that holds them
+all stops its neighbours and the grader. So a grader that runs as root gives every grading stage a user
+namespace with two users mapped:
+
+    uid_map (and gid_map):   0      0          1     the stage: root, as it was
+                             65534  <account>  1     the kernel: nobody in the stage, <account> on the machine
+
+where ``<account> = KERNEL_ACCOUNTS_BASE + <the worker's process ID>``: no two workers of the machine that
+run at the same time share one (process IDs are unique while their processes live), no account of a person
+lies there, and everything the kernel held dies with its sandbox before the worker grades the next
+submission under the same ID. Inside the stage, the kernel's launcher switches to user 65534
+(:func:`become_kernel_account`) before it starts the kernel's own sandbox, whose user namespace maps the
+kernel's ``nobody`` onto it.
+
+Only root may map a second user (Linux asks for CAP_SETUID over the parent namespace); a grader run by another
+account runs the kernels under that account, as the instructors' guide says.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+KERNEL_ACCOUNTS_BASE = 2_000_000_000  # plus a process ID (at most 2**22): below 2**31, far above any person's
+KERNEL_USER_IN_STAGE = 65534  # nobody, as the stage sees the kernel's account
+_CLONE_NEWUSER = 0x10000000
+_INITIAL_MAP = "0 0 4294967295"
+
+
+def kernel_account(pid: int | None = None) -> int:
+    """The machine's user ID for the kernels of the worker ``pid`` (default: this process)."""
+    return KERNEL_ACCOUNTS_BASE + (os.getpid() if pid is None else pid)
+
+
+def can_map_accounts() -> bool:
+    """Whether this process can give kernels accounts of their own: root, in the machine's first user
+    namespace (a grader in a container of its own is mapped onto a range that holds no account of ours)."""
+    try:
+        uid_map = Path("/proc/self/uid_map").read_text().split()
+    except OSError:
+        return False
+    return os.geteuid() == 0 and " ".join(uid_map) == _INITIAL_MAP
+
+
+def user_namespace(account: int) -> int:
+    """A new user namespace with the stage's two users (the module's map), held open by the descriptor returned
+    (inheritable, for ``bwrap --userns FD``; the caller closes it).
+
+    A short-lived child process unshares the namespace; this process writes its maps and opens it.
+
+    Raises:
+        OSError: the namespace could not be made or mapped (no user namespaces here, or not root).
+    """
+    unshare = ctypes.CDLL(None, use_errno=True).unshare  # looked up before fork: the child only calls it
+    ready_read, ready_write = os.pipe()
+    done_read, done_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child: system calls only, then _exit)
+        try:
+            os.close(ready_read)
+            os.close(done_write)
+            os.write(ready_write, b"1" if unshare(_CLONE_NEWUSER) == 0 else b"0")
+            os.read(done_read, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_write)
+    os.close(done_read)
+    try:
+        if os.read(ready_read, 1) != b"1":
+            raise OSError(f"cannot make a user namespace for the kernel's account {account}")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as handle:
+                handle.write(f"0 0 1\n{KERNEL_USER_IN_STAGE} {account} 1\n")
+        descriptor = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    finally:
+        os.close(done_write)
+        os.close(ready_read)
+        os.waitpid(pid, 0)
+    os.set_inheritable(descriptor, True)
+    return descriptor
+
+
+def kernel_account_mapped() -> bool:
+    """Inside a stage: whether its user namespace maps the kernel's account (:func:`user_namespace`)."""
+    try:
+        lines = Path("/proc/self/uid_map").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[:1] == [str(KERNEL_USER_IN_STAGE)] for line in lines)
+
+
+def become_kernel_account() -> None:
+    """In the kernel's launcher, as the stage's root: become the kernel's account (user and group 65534, no
+    supplementary group), with a file mode mask of 0, so that the sockets the kernel makes in its runtime
+    folder stay open to the stage that talks to it. The stage keeps CAP_SETUID and CAP_SETGID for this alone;
+    the switch clears them.
+
+    Raises:
+        OSError: the switch failed (the launcher then starts no kernel).
+    """
+    os.setgroups([])
+    os.setresgid(KERNEL_USER_IN_STAGE, KERNEL_USER_IN_STAGE, KERNEL_USER_IN_STAGE)
+    os.setresuid(KERNEL_USER_IN_STAGE, KERNEL_USER_IN_STAGE, KERNEL_USER_IN_STAGE)
+    os.umask(0)
+    if os.getresuid() != (KERNEL_USER_IN_STAGE,) * 3 or os.getresgid() != (KERNEL_USER_IN_STAGE,) * 3:
+        raise OSError(0, f"the launcher is still {os.getresuid()}, not the kernel's account")
