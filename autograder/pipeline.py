@@ -126,8 +126,9 @@ def _memory_note(task: Task, groups: Groups | None) -> str:
 def _kernel_namespace(log: list[str]) -> int | None:
     """The user namespace that gives this worker's kernels an account of their own (:mod:`autograder.sandbox.accounts`),
     or None where the grader cannot map one (the log says why)."""
-    if not accounts.can_map_accounts():
-        log += log_lines("grader", "the kernel runs under the grader's account (only a grader run as root gives it one of its own)")
+    problem = accounts.account_problem()
+    if problem is not None:
+        log += log_lines("grader", f"the kernel runs under the grader's account: {problem}")
         return None
     account = accounts.kernel_account()
     try:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,19 @@ needs_root_and_bwrap = pytest.mark.skipif(
     reason="only a grader run as root, with bwrap, maps the kernel's account",
 )
 ASSIGNMENT = "01_permutation"
+# Run in the kernel: the IDs under which its /proc (the stage's, bound) opens a process or thread outside the
+# kernel's own process namespace (one ID only on its NSpid line): the stage's. By ID, not by the listing, which
+# leaves threads out.
+LOOK_AROUND = """_foreign = []
+for _id in range(1, 4096):
+    try:
+        _status = open(f"/proc/{_id}/status").read()
+    except OSError:
+        continue
+    if any(line.startswith("NSpid:") and len(line.split()) == 2 for line in _status.splitlines()):
+        _foreign.append(_id)
+print("other users' processes and threads seen:", _foreign)
+"""
 
 
 @needs_root_and_bwrap
@@ -44,6 +58,93 @@ def test_the_stage_s_namespace_maps_its_root_and_the_kernel_s_account_and_nothin
     maps = [line.split() for line in shown[:4]]
     assert maps == [["0", "0", "1"], ["65534", str(account), "1"]] * 2
     assert shown[4] == "0"  # the stage itself is root in it, as it was
+
+
+STAGE_SCRIPT = """
+import os, subprocess, sys, threading, time
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+print("capabilities", status["CapEff"].strip(), status["CapPrm"].strip(), flush=True)
+started = threading.Event()
+def _wait():
+    started.set()
+    time.sleep(30)
+threading.Thread(target=_wait, daemon=True).start()  # a thread the stage starts after its /proc was set
+started.wait()
+stage_ids = [os.getpid(), *(int(name) for name in os.listdir("/proc/self/task") if int(name) != os.getpid())]
+# as the kernel's launcher does: a program the stage starts, which becomes the kernel's account
+subprocess.run([sys.executable, "-c", LAUNCHED, *map(str, stage_ids)], check=True)
+"""
+LAUNCHED = """
+import os, sys
+from autograder.sandbox import accounts
+accounts.become_kernel_account()
+seen = []
+for number in sys.argv[1:]:
+    try:
+        open(f"/proc/{number}/status").close()
+        seen.append(number)
+    except OSError:
+        pass
+print("kernel account", os.getuid(), "sees", len(seen), "of", len(sys.argv) - 1, flush=True)
+"""
+
+
+@needs_root_and_bwrap
+def test_in_a_stage_with_the_kernel_s_account_its_processes_and_threads_are_hidden_from_that_account(tmp_path):
+    """The stage keeps CAP_KILL (effective), CAP_SETUID and CAP_SETGID (permitted) and nothing else; a process
+    that became the kernel's account sees none of the stage's processes and threads in /proc, not even a thread
+    started after the stage entered."""
+    from autograder.sandbox import stage
+
+    notebook = tmp_path / "submitted.ipynb"
+    notebook.write_text("{}")
+    jupyter = tmp_path / "jupyter"
+    jupyter.mkdir()
+    descriptor = accounts.user_namespace(accounts.kernel_account())
+    try:
+        argv = stage.bwrap_stage_argv(tmp_path, jupyter, notebook, user_namespace=descriptor)[:-3]
+        prologue = "from autograder.sandbox.stage import enter\nfrom autograder.sandbox.launcher import Limits\nenter(Limits(), 100)\n"
+        done = subprocess.run(
+            [*argv, sys.executable, "-c", prologue + f"LAUNCHED = {LAUNCHED!r}\n" + STAGE_SCRIPT], env=stage.stage_environment(jupyter, stage.HOME),
+            capture_output=True, text=True, timeout=180, check=False, pass_fds=(descriptor,),
+        )
+    finally:
+        os.close(descriptor)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    kill, setuid, setgid = 1 << 5, 1 << 7, 1 << 6
+    assert lines[0] == f"capabilities {kill:016x} {kill | setuid | setgid:016x}"
+    words = lines[1].split()
+    assert words[:3] == ["kernel", "account", "65534"] and words[4] == "0" and int(words[6]) >= 2, lines[1]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare(1), as root")
+def test_a_grader_in_a_process_namespace_of_its_own_maps_no_account_and_says_why():
+    """In a container, process IDs repeat from one container to the next, and so would the accounts made of
+    them: two classes' kernels would share one account. There the kernels keep the grader's."""
+    code = "from autograder.sandbox import accounts; print(accounts.account_problem())"
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    contained = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert here == "None"
+    assert contained.startswith("the grader runs in a process namespace of its own (a container)")
+
+
+def test_the_kernel_s_proc_covers_each_thread_of_the_stage_s_processes(tmp_path):
+    """/proc lists processes, not their threads, yet opens /proc/<thread ID>: a thread of the stage is covered
+    like its process."""
+    from autograder.sandbox.launcher import stage_proc_covers
+
+    proc = tmp_path / "proc"
+    for pid, threads in (("7", ("7", "9", "12")), ("30", ("30",))):
+        for thread in threads:
+            (proc / pid / "task" / thread).mkdir(parents=True)
+    (proc / "self").symlink_to("30")
+    argv = stage_proc_covers(str(tmp_path / "empty"), proc=str(proc))
+    covered = {argv[index + 1] for index, word in enumerate(argv) if word == "--tmpfs"}
+    assert covered == {"/proc/7", "/proc/9", "/proc/12", "/proc/30"}
 
 
 def _kernel_user_ids(seen: dict[int, int], stop: threading.Event) -> None:
@@ -72,7 +173,7 @@ def test_each_kernel_runs_under_its_worker_s_account_never_the_grader_s(tmp_path
     root = tmp_path / "class"
     answers = solutions(ASSIGNMENT)
     for student in ("s1", "s2"):  # each kernel sleeps, so that the two overlap and can be seen
-        slow = {"attention_answer": "import time\ntime.sleep(4)\n" + answers["attention_answer"]}
+        slow = {"attention_answer": LOOK_AROUND + "import time\ntime.sleep(4)\n" + answers["attention_answer"]}
         write_submission(root, student, ASSIGNMENT, filled(ASSIGNMENT, {**answers, **slow}))
     seen: dict[int, int] = {}
     stop = threading.Event()
@@ -94,3 +195,7 @@ def test_each_kernel_runs_under_its_worker_s_account_never_the_grader_s(tmp_path
         (number,) = re.findall(r"the kernel runs under the machine's user ID (\d+), an account of its own", log)
         named.add(int(number))
     assert named <= user_ids and len(named) == 2, (named, user_ids)
+    # and neither kernel saw a process or thread of its stage (the stage's /proc hides another user's)
+    for student in ("s1", "s2"):
+        (notebook,) = (tmp_path / "out" / "autograded" / student / ASSIGNMENT).glob("*.ipynb")
+        assert "other users' processes and threads seen: []" in notebook.read_text(), student

@@ -10,14 +10,18 @@ namespace with two users mapped:
                              65534  <account>  1     the kernel: nobody in the stage, <account> on the machine
 
 where ``<account> = KERNEL_ACCOUNTS_BASE + <the worker's process ID>``: no two workers of the machine that
-run at the same time share one (process IDs are unique while their processes live), no account of a person
+run at the same time share one (process IDs are unique while their processes live, in the machine's own process
+namespace, which :func:`account_problem` asks of the grader), no account of a person
 lies there, and everything the kernel held dies with its sandbox before the worker grades the next
 submission under the same ID. Inside the stage, the kernel's launcher switches to user 65534
 (:func:`become_kernel_account`) before it starts the kernel's own sandbox, whose user namespace maps the
 kernel's ``nobody`` onto it.
 
 Only root may map a second user (Linux asks for CAP_SETUID over the parent namespace); a grader run by another
-account runs the kernels under that account, as the instructors' guide says.
+account, or in a container, runs the kernels under its own account, as the instructors' guide says.
+
+The stage's ``/proc`` is then mounted with ``hidepid=2`` (:func:`autograder.sandbox.stage.enter`): the kernel,
+another user, cannot see the stage's processes or threads there at all.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ KERNEL_ACCOUNTS_BASE = 2_000_000_000  # plus a process ID (at most 2**22): below
 KERNEL_USER_IN_STAGE = 65534  # nobody, as the stage sees the kernel's account
 _CLONE_NEWUSER = 0x10000000
 _INITIAL_MAP = "0 0 4294967295"
+_INITIAL_PID_NAMESPACE = 0xEFFFFFFC  # PROC_PID_INIT_INO (include/linux/proc_ns.h): the machine's first one
 
 
 def kernel_account(pid: int | None = None) -> int:
@@ -37,14 +42,29 @@ def kernel_account(pid: int | None = None) -> int:
     return KERNEL_ACCOUNTS_BASE + (os.getpid() if pid is None else pid)
 
 
-def can_map_accounts() -> bool:
-    """Whether this process can give kernels accounts of their own: root, in the machine's first user
-    namespace (a grader in a container of its own is mapped onto a range that holds no account of ours)."""
+def account_problem() -> str | None:
+    """Why this process cannot give kernels accounts of their own, or None when it can: it must be root, in the
+    machine's first user namespace (a grader in a user namespace of its own maps a range that holds no account
+    of ours) and in the machine's first process namespace (in a container of its own, process IDs, and so the
+    accounts made of them, repeat from one container to the next)."""
+    if os.geteuid() != 0:
+        return "only a grader run as root gives it one of its own"
     try:
-        uid_map = Path("/proc/self/uid_map").read_text().split()
-    except OSError:
-        return False
-    return os.geteuid() == 0 and " ".join(uid_map) == _INITIAL_MAP
+        uid_map = " ".join(Path("/proc/self/uid_map").read_text().split())
+        pid_namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError as error:
+        return f"the grader cannot tell its namespaces ({error.strerror})"
+    if uid_map != _INITIAL_MAP:
+        return "the grader runs in a user namespace of its own"
+    if pid_namespace != _INITIAL_PID_NAMESPACE:
+        return ("the grader runs in a process namespace of its own (a container), where process IDs, and so the"
+                " kernels' accounts, repeat from one container to the next")
+    return None
+
+
+def can_map_accounts() -> bool:
+    """Whether this process can give kernels accounts of their own (:func:`account_problem`)."""
+    return account_problem() is None
 
 
 def user_namespace(account: int) -> int:

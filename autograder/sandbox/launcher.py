@@ -245,11 +245,20 @@ MACHINE_PROC_FILES = ("/proc/sys/kernel/random/boot_id",)
 KERNEL_HOSTNAME = "sandbox"
 
 
+def _thread_ids(process: str) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(os.path.join(process, "task")) if name.isdigit())
+    except OSError:  # ended meanwhile
+        return []
+
+
 def stage_proc_covers(empty_file: str, proc: str = "/proc") -> list[str]:
     """bwrap's arguments that cover, in the kernel's read-only bind of its grading stage's ``/proc``:
 
     - every process there now (the stage's bwrap, the stage, this launcher: their command lines name the
-      grader's installation, control groups and folders), under an empty tmpfs;
+      grader's installation, control groups and folders), and each of its threads (which ``/proc`` opens by
+      ID without listing them), under an empty tmpfs; where the kernel has an account of its own, the stage's
+      ``/proc`` hides them all, later threads included (:func:`autograder.sandbox.stage.hide_other_users_processes`);
     - every other entry of the top of ``/proc`` but :data:`KERNEL_PROC_ENTRIES` (an allowlist), a folder under an
       empty tmpfs, a file under ``empty_file``, and :data:`MACHINE_PROC_FILES` under ``empty_file``.
 
@@ -259,7 +268,10 @@ def stage_proc_covers(empty_file: str, proc: str = "/proc") -> list[str]:
         path = f"/proc/{entry}"
         if entry in KERNEL_PROC_ENTRIES or os.path.islink(os.path.join(proc, entry)):
             continue
-        if entry.isdigit() or os.path.isdir(os.path.join(proc, entry)):
+        if entry.isdigit():  # the process, and its threads, which /proc does not list but opens by their IDs
+            for thread in [entry, *(thread for thread in _thread_ids(os.path.join(proc, entry)) if thread != entry)]:
+                argv += ["--size", "4096", "--tmpfs", f"/proc/{thread}"]
+        elif os.path.isdir(os.path.join(proc, entry)):
             argv += ["--size", "4096", "--tmpfs", path]
         else:
             argv += ["--ro-bind", empty_file, path]

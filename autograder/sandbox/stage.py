@@ -332,6 +332,22 @@ def mount_quota_folder(path: str, size_bytes: int, files: int, mode: int = 0o700
         raise OSError(error, f"cannot mount a tmpfs on {path}: {os.strerror(error)}")
 
 
+_MS_REMOUNT = 32
+
+
+def hide_other_users_processes() -> None:
+    """Remount the stage's ``/proc`` with ``hidepid=2``: a process sees there only the processes and threads of
+    its own user. The kernel's ``/proc`` is this one, bound (a sandbox nested in bwrap cannot mount its own), so
+    a kernel that runs as its own account sees none of the stage's, not even the threads that start after it.
+
+    Raises:
+        OSError: the remount failed (the stage then grades nothing).
+    """
+    if _libc().mount(b"proc", b"/proc", b"proc", _MS_REMOUNT, b"hidepid=2") != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"cannot hide the stage's processes in /proc: {os.strerror(error)}")
+
+
 def kept_capabilities(kernel_account: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """What the stage keeps of its capabilities, as (permitted, effective).
 
@@ -392,6 +408,8 @@ def enter(limits: Limits, notebook_bytes: int) -> None:
     os.mkdir(kernel, 0o700)
     mount_quota_folder(kernel, kernel_quota_bytes(limits), KERNEL_FILES, mode)
     os.mkdir(HOME, 0o700)
+    if kernel_account:
+        hide_other_users_processes()
     drop_privileges(kept_capabilities(kernel_account))
 
 
