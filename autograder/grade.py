@@ -84,7 +84,7 @@ from autograder.intake.exchange import collected_timestamps
 from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
-from autograder.sandbox import cgroups, seccomp
+from autograder.sandbox import accounts, cgroups, seccomp
 from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits, bwrap_problem
 from autograder.student.progress import item_labels
@@ -348,6 +348,7 @@ def grade(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if max_class_mb is not None and (isinstance(max_class_mb, bool) or not isinstance(max_class_mb, int) or max_class_mb < 1):
         raise ValueError(f"max_class_mb must be a whole number of MB >= 1, got {max_class_mb!r}")
+    accounts.account_range()  # a range of kernel accounts that is set is a range (ValueError names it)
     if scheduler is not None:
         from autograder.executors.dask import check_cluster_address
 

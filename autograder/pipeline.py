@@ -130,8 +130,8 @@ def _kernel_namespace(log: list[str]) -> int | None:
     if problem is not None:
         log += log_lines("grader", f"the kernel runs under the grader's account: {problem}")
         return None
-    account = accounts.kernel_account()
     try:
+        account = accounts.kernel_account()
         descriptor = accounts.user_namespace(account)
     except OSError as error:
         log += log_lines("grader", f"the kernel runs under the grader's account: {error}")

@@ -8,6 +8,7 @@ every kernel process seen in the machine's /proc while `grade --jobs 2` grades t
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -199,3 +200,157 @@ def test_each_kernel_runs_under_its_worker_s_account_never_the_grader_s(tmp_path
     for student in ("s1", "s2"):
         (notebook,) = (tmp_path / "out" / "autograded" / student / ASSIGNMENT).glob("*.ipynb")
         assert "other users' processes and threads seen: []" in notebook.read_text(), student
+
+
+def test_a_range_of_kernel_accounts_is_read_and_a_bad_one_is_refused_naming_the_variable():
+    assert accounts.account_range("70000-70003") == range(70000, 70004)
+    assert accounts.account_range("4294967294-4294967294") == range(4294967294, 4294967295)
+    assert accounts.account_range("") is None
+    for bad in ("70000", "70003-70000", "1000-2000", "65535-70000", "70000-4294967295", "a-b", "70000 -70001",
+                "-70000", "70000-70001-70002", "\u0667\u0660\u0660\u0660\u0660-70001"):
+        with pytest.raises(ValueError) as refused:
+            accounts.account_range(bad)
+        assert f"AUTOGRADER_KERNEL_ACCOUNTS={bad!r}" in str(refused.value), bad
+        assert "between 65536 and 4294967294" in str(refused.value)
+
+
+def test_the_grade_command_refuses_a_range_that_is_not_one(tmp_path):
+    (tmp_path / "class").mkdir()
+    environment = {**os.environ, "AUTOGRADER_KERNEL_ACCOUNTS": "70000-6"}
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "class"),
+                           "--out", str(tmp_path / "out")], env=environment, capture_output=True, text=True,
+                          timeout=300, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2, done.stderr
+    assert "AUTOGRADER_KERNEL_ACCOUNTS='70000-6'" in done.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+CLAIMER = """
+import sys
+from pathlib import Path
+from autograder.sandbox import accounts
+try:
+    print(accounts.claim_account(range(70000, 70002), Path(sys.argv[1])), flush=True)
+except OSError as error:
+    print("refused:", error, flush=True)
+    sys.exit(0)
+assert accounts.claim_account(range(70000, 70002), Path(sys.argv[1])) == accounts._claim[1]  # claims once
+sys.stdin.read()  # hold the account until the test closes the pipe
+"""
+
+
+def test_workers_claim_different_accounts_of_the_range_and_free_theirs_when_they_end(tmp_path):
+    """Two workers hold the two accounts of a range of two; a third is refused and says why; once a worker ends,
+    its account is claimed again."""
+
+    def claimer():
+        process = subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path / "claims")], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+        return process, process.stdout.readline().strip()
+
+    first, first_account = claimer()
+    second, second_account = claimer()
+    third, third_says = claimer()
+    try:
+        assert {first_account, second_account} == {"70000", "70001"}
+        assert third_says.startswith("refused: every account of AUTOGRADER_KERNEL_ACCOUNTS (70000-70001) is claimed")
+        first.stdin.close()
+        first.wait(timeout=60)
+        fourth, fourth_account = claimer()
+        assert fourth_account == first_account
+        fourth.stdin.close()
+        fourth.wait(timeout=60)
+    finally:
+        for process in (first, second, third):
+            if process.stdin and not process.stdin.closed:
+                process.stdin.close()
+            process.wait(timeout=60)
+
+
+def test_a_forked_child_claims_an_account_of_its_own(tmp_path):
+    code = """
+import os, sys
+from pathlib import Path
+from autograder.sandbox import accounts
+folder = Path(sys.argv[1])
+parent = accounts.claim_account(range(70000, 70002), folder)
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, str(accounts.claim_account(range(70000, 70002), folder)).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(parent, os.read(read, 16).decode())
+"""
+    shown = subprocess.run([sys.executable, "-c", code, str(tmp_path / "claims")], capture_output=True, text=True,
+                           check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    assert sorted(shown) == ["70000", "70001"]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare(1), as root")
+def test_a_grader_in_a_container_with_a_range_of_its_own_maps_accounts_from_it():
+    code = "from autograder.sandbox import accounts; print(accounts.account_problem())"
+    environment = {**os.environ, "AUTOGRADER_KERNEL_ACCOUNTS": "3000000000-3000000007"}
+    contained = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True, env=environment,
+    ).stdout.strip()
+    assert contained == "None"
+
+
+GRADE_IN_CONTAINER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from autograder.grade import grade
+from autograder.sandbox.launcher import Limits
+results = grade(Path(sys.argv[1]), Path(sys.argv[2]), jobs=2, timeout=300, limits=Limits(), regrade=True)
+print("scores", [(result.score, result.max_score) for result in results])
+"""
+
+
+@pytest.mark.slow
+@needs_root_and_bwrap
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_in_a_container_each_kernel_runs_under_an_account_of_the_container_s_range(tmp_path):
+    """`grade --jobs 2` in a process namespace of its own (as in a container), given a range of two accounts: the
+    machine's /proc shows every kernel under an account of that range, and the two workers under two of them."""
+    from planted import filled, solutions, write_submission
+
+    root = tmp_path / "class"
+    answers = solutions(ASSIGNMENT)
+    for student in ("s1", "s2"):
+        slow = {"attention_answer": "import time\ntime.sleep(4)\n" + answers["attention_answer"]}
+        write_submission(root, student, ASSIGNMENT, filled(ASSIGNMENT, {**answers, **slow}))
+    given = range(3_000_000_100, 3_000_000_102)
+    environment = {**os.environ, "AUTOGRADER_KERNEL_ACCOUNTS": f"{given.start}-{given.stop - 1}"}
+    seen: dict[int, int] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_kernel_user_ids, args=(seen, stop), daemon=True)
+    watcher.start()
+    try:
+        done = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", GRADE_IN_CONTAINER, str(root),
+             str(tmp_path / "out"), str(Path(__file__).resolve().parent)],
+            capture_output=True, text=True, env=environment, timeout=900, check=False,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    assert done.returncode == 0, done.stderr[-3000:]
+    scores = re.search(r"scores (\[.*\])", done.stdout).group(1)
+    assert all(score == best for score, best in ast.literal_eval(scores)), scores
+    user_ids = set(seen.values())
+    assert user_ids and user_ids <= set(given), (seen, given)
+    named = set()
+    for student in ("s1", "s2"):
+        log = (tmp_path / "out" / "logs" / student / f"{ASSIGNMENT}.log").read_text()
+        (number,) = re.findall(r"the kernel runs under the machine's user ID (\d+), an account of its own", log)
+        named.add(int(number))
+    assert named == set(given), named
+
+
+def test_an_account_the_machine_names_is_never_claimed(tmp_path):
+    with pytest.raises(OSError, match="AUTOGRADER_KERNEL_ACCOUNTS holds 0, the machine's account 'root'"):
+        accounts.claim_account(range(1), tmp_path / "claims")

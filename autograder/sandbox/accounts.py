@@ -18,7 +18,14 @@ submission under the same ID. Inside the stage, the kernel's launcher switches t
 kernel's ``nobody`` onto it.
 
 Only root may map a second user (Linux asks for CAP_SETUID over the parent namespace); a grader run by another
-account, or in a container, runs the kernels under its own account, as the instructors' guide says.
+account runs the kernels under its own account, as the instructors' guide says.
+
+In a container of its own (a process namespace of its own), process IDs repeat from one container to the next,
+and so would accounts made of them. There the deployer gives each container a range of the machine's user IDs
+of its own, in ``AUTOGRADER_KERNEL_ACCOUNTS=FIRST-LAST`` (:func:`account_range`), and each worker claims one
+account of it for as long as it lives (:func:`claim_account`: a lock file per account, in a folder the
+container's workers share). Without that range, a grader in a container runs the kernels under its own
+account.
 
 The stage's ``/proc`` is then mounted with ``hidepid=2`` (:func:`autograder.sandbox.stage.enter`): the kernel,
 another user, cannot see the stage's processes or threads there at all.
@@ -27,7 +34,9 @@ another user, cannot see the stage's processes or threads there at all.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import pwd
 from pathlib import Path
 
 KERNEL_ACCOUNTS_BASE = 2_000_000_000  # plus a process ID (at most 2**22): below 2**31, far above any person's
@@ -37,16 +46,91 @@ _INITIAL_MAP = "0 0 4294967295"
 _INITIAL_PID_NAMESPACE = 0xEFFFFFFC  # PROC_PID_INIT_INO (include/linux/proc_ns.h): the machine's first one
 
 
+ACCOUNTS_VARIABLE = "AUTOGRADER_KERNEL_ACCOUNTS"
+LOWEST_GIVEN_ACCOUNT = 65536  # above every account Linux distributions give people and services (and nobody)
+HIGHEST_GIVEN_ACCOUNT = 2**32 - 2  # (uid_t) -1 means "no user"
+CLAIMS_FOLDER = Path("/run/autograder-kernel-accounts")
+_claim: tuple[int, int, int] | None = None  # (process ID, account, lock descriptor) of this process's claim
+
+
+def account_range(value: str | None = None) -> range | None:
+    """The machine's user IDs given to this grader's kernels, from ``value`` (default: the environment's
+    ``AUTOGRADER_KERNEL_ACCOUNTS``), written ``FIRST-LAST``; None when it is not set.
+
+    Raises:
+        ValueError: ``value`` is not two whole numbers FIRST <= LAST between 65536 and 4294967294.
+    """
+    value = os.environ.get(ACCOUNTS_VARIABLE) if value is None else value
+    if value is None or not value.strip():
+        return None
+    parts = value.strip().split("-")
+    allowed = (f"{ACCOUNTS_VARIABLE}={value!r}: give FIRST-LAST, two whole numbers with FIRST <= LAST, between "
+               f"{LOWEST_GIVEN_ACCOUNT} and {HIGHEST_GIVEN_ACCOUNT}, a range of the machine's user IDs that no "
+               "person, service or other container uses")
+    if len(parts) != 2 or not all(part.isascii() and part.isdigit() for part in parts):
+        raise ValueError(allowed)
+    first, last = int(parts[0]), int(parts[1])
+    if not LOWEST_GIVEN_ACCOUNT <= first <= last <= HIGHEST_GIVEN_ACCOUNT:
+        raise ValueError(allowed)
+    return range(first, last + 1)
+
+
+def claim_account(accounts: range, folder: Path = CLAIMS_FOLDER) -> int:
+    """One account of ``accounts`` that no other live process claimed through ``folder``, held by this process
+    until it ends (a lock on ``folder/<account>``; the lock goes with the process, so a worker that dies frees its
+    account). A process claims once; a child forked from it claims again.
+
+    Raises:
+        OSError: every account of the range is claimed, one names an account of the machine, or the folder
+            cannot be made.
+    """
+    global _claim
+    if _claim is not None and _claim[0] == os.getpid():
+        return _claim[1]
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for account in accounts:
+        descriptor = os.open(folder / str(account), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            continue
+        try:
+            named = pwd.getpwuid(account).pw_name
+        except KeyError:
+            _claim = (os.getpid(), account, descriptor)
+            return account
+        os.close(descriptor)
+        raise OSError(f"{ACCOUNTS_VARIABLE} holds {account}, the machine's account {named!r}")
+    raise OSError(f"every account of {ACCOUNTS_VARIABLE} ({accounts.start}-{accounts.stop - 1}) is claimed by "
+                  "another worker: give a range with one account for each worker")
+
+
 def kernel_account(pid: int | None = None) -> int:
-    """The machine's user ID for the kernels of the worker ``pid`` (default: this process)."""
+    """The machine's user ID for the kernels of the worker ``pid`` (default: this process): claimed from
+    ``AUTOGRADER_KERNEL_ACCOUNTS`` where it is set (:func:`claim_account`), else 2,000,000,000 plus the
+    worker's process ID.
+
+    Raises:
+        ValueError: ``AUTOGRADER_KERNEL_ACCOUNTS`` is set but not a range (:func:`account_range`).
+        OSError: no account of the range can be claimed.
+    """
+    given = account_range()
+    if given is not None and pid is None:
+        return claim_account(given)
     return KERNEL_ACCOUNTS_BASE + (os.getpid() if pid is None else pid)
 
 
 def account_problem() -> str | None:
     """Why this process cannot give kernels accounts of their own, or None when it can: it must be root, in the
     machine's first user namespace (a grader in a user namespace of its own maps a range that holds no account
-    of ours) and in the machine's first process namespace (in a container of its own, process IDs, and so the
-    accounts made of them, repeat from one container to the next)."""
+    of ours) and, unless ``AUTOGRADER_KERNEL_ACCOUNTS`` gives its accounts, in the machine's first process
+    namespace (in a container of its own, process IDs, and so the accounts made of them, repeat from one
+    container to the next)."""
+    try:
+        given = account_range()
+    except ValueError as error:
+        return str(error)
     if os.geteuid() != 0:
         return "only a grader run as root gives it one of its own"
     try:
@@ -56,9 +140,10 @@ def account_problem() -> str | None:
         return f"the grader cannot tell its namespaces ({error.strerror})"
     if uid_map != _INITIAL_MAP:
         return "the grader runs in a user namespace of its own"
-    if pid_namespace != _INITIAL_PID_NAMESPACE:
+    if pid_namespace != _INITIAL_PID_NAMESPACE and given is None:
         return ("the grader runs in a process namespace of its own (a container), where process IDs, and so the"
-                " kernels' accounts, repeat from one container to the next")
+                f" kernels' accounts, repeat from one container to the next, and {ACCOUNTS_VARIABLE} gives it no"
+                " range of its own")
     return None
 
 
