@@ -5,8 +5,9 @@ the same comparisons again from ``book/data/length-generalization/results.csv`` 
 module, numpy, Student's t distribution in closed form, Holm's method written out) and checks that the built
 page (``make book`` writes ``_build/html/book/06_comparison.html``) states exactly those orderings, each with
 its count of seeds on the stated side, compares only kinds that fitted on every seed, gives each kind's count
-of fitted seeds, and counts its comparisons, findings and pairs left out right. The page is read as a reader
-gets it: its HTML, tags stripped.
+of fitted seeds, and counts its comparisons, findings and pairs left out right; and the same for the second pass
+of the recipe study (``book/data/recipe-study-margin/*/seed-*/results.csv``), on the seeds every cell holds. The
+page is read as a reader gets it: its HTML, tags stripped.
 """
 
 import csv
@@ -21,8 +22,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "book" / "data" / "length-generalization" / "results.csv"
+RECIPE_STUDY = ROOT / "book" / "data" / "recipe-study-margin"
 PAGE = ROOT / "_build" / "html" / "book" / "06_comparison.html"
 TASK_NAMES = {"copy": "copy", "bites": "who-bites-whom", "recall": "associative recall"}
+RECIPE_TASK_NAMES = {"copy": "copy", "bites": "who-bites-whom", "lookup": "lookup"}
 RANGES = {"n = 9..16": (9, 16), "n = 17..24": (17, 24)}
 INSIDE = (3, 8)
 ALPHA = MARGIN = FLOOR = 0.05
@@ -30,16 +33,27 @@ TARGET = 0.99
 
 
 def t_two_sided_p(t, df):
-    """P(|T| >= |t|) for Student's t with an odd number of degrees of freedom, in closed form:
-    P(|T| < t) = (2 / pi) (theta + sin theta (cos theta + 2/3 cos^3 theta + ... )), theta = atan(t / sqrt(df)),
-    the series running to cos^(df - 2) with coefficients (2 * 4 * ... (2k)) / (3 * 5 * ... (2k + 1))."""
-    assert df % 2 == 1, "the closed form used here is for odd degrees of freedom"
+    """P(|T| >= |t|) for Student's t with df degrees of freedom, in closed form (Abramowitz and Stegun 26.7.3),
+    theta = atan(t / sqrt(df)):
+    odd df:  P(|T| < t) = (2 / pi) (theta + sin theta (cos theta + 2/3 cos^3 theta + ... )), the series running to
+             cos^(df - 2) with coefficients (2 * 4 * ... (2k)) / (3 * 5 * ... (2k + 1));
+    even df: P(|T| < t) = sin theta (1 + 1/2 cos^2 theta + (1 * 3) / (2 * 4) cos^4 theta + ... ), the series
+             running to cos^(df - 2) with coefficients (1 * 3 * ... (2k - 1)) / (2 * 4 * ... (2k))."""
     theta = math.atan(abs(t) / math.sqrt(df))
-    series, term = 0.0, math.cos(theta)
-    for k in range(1, (df - 1) // 2 + 1):
-        series += term
-        term *= math.cos(theta) ** 2 * (2 * k) / (2 * k + 1)
-    return max(0.0, 1 - 2 / math.pi * (theta + math.sin(theta) * series))
+    series = 0.0
+    if df % 2 == 1:
+        term = math.cos(theta)
+        for k in range(1, (df - 1) // 2 + 1):
+            series += term
+            term *= math.cos(theta) ** 2 * (2 * k) / (2 * k + 1)
+        inside = 2 / math.pi * (theta + math.sin(theta) * series)
+    else:
+        term = 1.0
+        for k in range(1, df // 2 + 1):
+            series += term
+            term *= math.cos(theta) ** 2 * (2 * k - 1) / (2 * k)
+        inside = math.sin(theta) * series
+    return max(0.0, 1 - inside)
 
 
 def test_the_closed_form_gives_the_tabulated_critical_values():
@@ -47,17 +61,31 @@ def test_the_closed_form_gives_the_tabulated_critical_values():
     assert t_two_sided_p(2.262157, 9) == pytest.approx(0.05, abs=1e-6)
     assert t_two_sided_p(3.249836, 9) == pytest.approx(0.01, abs=1e-6)
     assert t_two_sided_p(1.0, 1) == pytest.approx(0.5)
+    # ... and with 6 degrees of freedom (seven seeds), and the case df = 2, P(|T| < t) = t / sqrt(t^2 + 2).
+    assert t_two_sided_p(2.446912, 6) == pytest.approx(0.05, abs=1e-6)
+    assert t_two_sided_p(3.707428, 6) == pytest.approx(0.01, abs=1e-6)
+    assert t_two_sided_p(4.302653, 2) == pytest.approx(0.05, abs=1e-6)
+    assert t_two_sided_p(1.5, 2) == pytest.approx(1 - 1.5 / math.sqrt(1.5**2 + 2))
 
 
-def read_study():
-    """{(task, kind): {seed: {size: exact match}}} of the decoders."""
+def read_study(paths=(STUDY,)):
+    """{(task, kind): {seed: {size: exact match}}} of the decoders in the results files ``paths``."""
     runs = {}
-    with open(STUDY, newline="") as file:
-        for row in csv.DictReader(file):
-            assert row["model"] == "decoder" and row["randomized"] == "False"
-            runs.setdefault((row["task"], row["position"]), {}).setdefault(int(row["seed"]), {})[
-                int(row["length"])] = float(row["accuracy"])
+    for path in paths:
+        with open(path, newline="") as file:
+            for row in csv.DictReader(file):
+                assert row["model"] == "decoder" and row["randomized"] == "False"
+                scores = runs.setdefault((row["task"], row["position"]), {}).setdefault(int(row["seed"]), {})
+                assert int(row["length"]) not in scores, (path, row["task"], row["length"])
+                scores[int(row["length"])] = float(row["accuracy"])
     return runs
+
+
+def read_recipe_study():
+    """The second pass of the recipe study, on the seeds that every (task, kind) holds: the page compares those."""
+    runs = read_study(sorted(RECIPE_STUDY.glob("*/seed-*/results.csv")))
+    common = set.intersection(*(set(by_seed) for by_seed in runs.values()))
+    return {key: {seed: by_seed[seed] for seed in sorted(common)} for key, by_seed in runs.items()}
 
 
 def expected_findings(runs):
@@ -108,19 +136,20 @@ def page_text(section_id, next_id):
     return re.sub(r"\s+", " ", html.unescape(text))
 
 
-def stated_findings(text):
-    """The orderings the page states, {(task, range, higher, lower): seeds on the stated side}."""
+def stated_findings(text, task_names=TASK_NAMES, seed_count=10, after=r"The page makes"):
+    """The orderings the page states, {(task, range, higher, lower): seeds on the stated side}; ``after``: the
+    words that follow the list."""
     stated = {}
-    names = "|".join(re.escape(name) for name in TASK_NAMES.values())
-    items = rf"({names})\. (n = 9\.\.16: .*?) (n = 17\.\.24: .*?)(?= (?:{names})\. n = 9| The page makes|$)"
+    names = "|".join(re.escape(name) for name in task_names.values())
+    items = rf"({names})\. (n = 9\.\.16: .*?) (n = 17\.\.24: .*?)(?= (?:{names})\. n = 9| {after}|$)"
     for match in re.finditer(items, text):
-        task = {name: key for key, name in TASK_NAMES.items()}[match.group(1)]
+        task = {name: key for key, name in task_names.items()}[match.group(1)]
         for part in match.group(2, 3):
             range_name, sentence = part.split(": ", 1)
             for higher, lowers in re.findall(r"(\w+) lies above ([^;.]+)", sentence):
                 for lower in re.split(r", | and ", lowers):
                     kind, on_side, seeds = re.fullmatch(r"(\w+) \((\d+) of (\d+) seeds\)", lower.strip()).groups()
-                    assert seeds == "10"
+                    assert seeds == str(seed_count)
                     stated[task, range_name, higher, kind] = int(on_side)
     return stated
 
@@ -136,6 +165,29 @@ def test_the_page_states_exactly_the_orderings_the_committed_data_support():
     assert stated_findings(text) == expected
     assert f"makes {comparisons} comparisons on the study and states {len(expected)} orderings" in text
     assert f"{left_out} of the {comparisons + left_out} pairs are not compared" in text
+
+
+@needs_page
+def test_the_recipe_study_section_states_exactly_the_orderings_its_data_support():
+    runs = read_recipe_study()
+    seed_count = len(next(iter(runs.values())))
+    expected, comparisons, left_out = expected_findings(runs)
+    text = page_text("what-the-recipes-separate", "why-associative-recall-resists-a-key-that-is-also-a-value")
+    after = r"\d+ of the \d+ cells fitted on every one"
+    assert stated_findings(text, RECIPE_TASK_NAMES, seed_count, after) == expected
+    fitted_cells = len(runs) - len(unfitted(runs))
+    assert f"{fitted_cells} of the {len(runs)} cells fitted on every one of these seeds" in text
+    assert f"makes {comparisons} comparisons and states {len(expected)} orderings" in text
+    assert f"in {len(expected)} of them both kinds fitted on every seed compared" in text
+    assert f"{left_out} of the {comparisons + left_out} pairs are not compared" in text
+    assert f"on the {seed_count} seeds that every cell holds" in text
+
+
+def test_the_recipe_study_fits_at_least_18_of_its_21_cells_on_every_seed():
+    # The bar chapter 6 sets itself for comparing models that learned their task, on the seeds the page compares.
+    runs = read_recipe_study()
+    assert len(runs) == 21 and len(next(iter(runs.values()))) >= 7
+    assert len(runs) - len(unfitted(runs)) >= 18, sorted(unfitted(runs))
 
 
 @needs_page
