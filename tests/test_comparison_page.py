@@ -211,6 +211,7 @@ def read_runs(path):
     return runs
 
 
+@needs_page
 def test_the_page_reports_the_rerun_under_another_instruction_set_as_the_data_say():
     study, rerun = read_runs(STUDY), read_runs(ROOT / "book" / "data" / "live-avx2" / "results.csv")
     assert set(rerun) <= set(study)
