@@ -284,24 +284,35 @@ def test_workers_claim_different_accounts_of_the_range_and_free_theirs_when_they
             process.wait(timeout=60)
 
 
-def test_a_forked_child_claims_an_account_of_its_own(tmp_path):
+def test_a_forked_child_claims_an_account_of_its_own_and_frees_its_parent_s_when_the_parent_ends(tmp_path):
     code = """
-import os, sys
+import os, subprocess, sys
 from pathlib import Path
 from autograder.sandbox import accounts
 folder = Path(sys.argv[1])
 parent = accounts.claim_account(range(70000, 70002), folder)
 read, write = os.pipe()
+child_ready, parent_gone = os.pipe(), os.pipe()
 pid = os.fork()
 if pid == 0:
     os.write(write, str(accounts.claim_account(range(70000, 70002), folder)).encode())
+    os.write(child_ready[1], b"1")
+    os.read(parent_gone[0], 1)  # the parent's lock is dropped: another process may claim its account
+    claimer = "from pathlib import Path; from autograder.sandbox import accounts; "
+    claimer += f"print(accounts.claim_account(range(70000, 70002), Path({str(folder)!r})))"
+    os.write(write, b" " + subprocess.run([sys.executable, "-c", claimer], capture_output=True).stdout.strip())
     os._exit(0)
+os.read(child_ready[0], 1)
+os.close(accounts._claim[2])  # as the parent's end does, while the child lives on
+os.write(parent_gone[1], b"1")
 os.waitpid(pid, 0)
-print(parent, os.read(read, 16).decode())
+print(parent, os.read(read, 64).decode())
 """
     shown = subprocess.run([sys.executable, "-c", code, str(tmp_path / "claims")], capture_output=True, text=True,
                            check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
-    assert sorted(shown) == ["70000", "70001"]
+    parent, child, after_parent = shown
+    assert sorted((parent, child)) == ["70000", "70001"]
+    assert after_parent == parent  # the child did not keep the parent's account
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare(1), as root")

@@ -78,15 +78,19 @@ def account_range(value: str | None = None) -> range | None:
 def claim_account(accounts: range, folder: Path = CLAIMS_FOLDER) -> int:
     """One account of ``accounts`` that no other live process claimed through ``folder``, held by this process
     until it ends (a lock on ``folder/<account>``; the lock goes with the process, so a worker that dies frees its
-    account). A process claims once; a child forked from it claims again.
+    account). A process claims once; a child forked from it claims again, and drops the parent's lock it
+    inherited, so that the parent's account is freed when the parent ends.
 
     Raises:
         OSError: every account of the range is claimed, one names an account of the machine, or the folder
             cannot be made.
     """
     global _claim
-    if _claim is not None and _claim[0] == os.getpid():
-        return _claim[1]
+    if _claim is not None:
+        if _claim[0] == os.getpid():
+            return _claim[1]
+        os.close(_claim[2])  # the parent's lock, inherited: the parent's account stays the parent's alone
+        _claim = None
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     for account in accounts:
         descriptor = os.open(folder / str(account), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
