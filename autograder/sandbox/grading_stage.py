@@ -197,7 +197,11 @@ def _nbgrader_step(app_class, course_root: Path, task: Task, kernel: Path, **con
 
 
 def _autograde_config(limits: Limits) -> dict[str, dict]:
-    """nbgrader's autograde steps with :class:`autograder.sandbox.execute.CappedExecute` in place of Execute."""
+    """nbgrader's autograde steps with :class:`autograder.sandbox.execute.CappedExecute` in place of Execute.
+
+    Once the last cell has answered, the kernel is ended, not asked to end: a shutdown request lets it run what
+    the student left for its exit (``atexit``, finalizers) and costs its interpreter's teardown, most of a second
+    in a kernel that holds torch; its whole sandbox dies with its launcher (``--die-with-parent``)."""
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute
 
@@ -210,6 +214,7 @@ def _autograde_config(limits: Limits) -> dict[str, dict]:
             "max_output_bytes": limits.output_kb * 1024,
             "max_notebook_bytes": limits.notebook_output_kb * 1024,
             "notebook_seconds": limits.notebook_seconds,
+            "shutdown_kernel": "immediate",
         },
     }
 

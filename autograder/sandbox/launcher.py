@@ -358,7 +358,11 @@ def kernel_environment(settings: Settings, parent: dict[str, str] | None = None)
 
 
 def kernel_command(connection_file: str) -> list[str]:
-    return [sandboxed_python(), "-m", "ipykernel_launcher", "-f", connection_file]
+    """The kernel's command line. IPython's history is off: it keeps it in an SQLite file, whose byte-range locks
+    the sandbox refuses (:mod:`autograder.sandbox.seccomp`), and SQLite then waits out its busy timeout, three
+    times, before IPython falls back to memory: 15 seconds of every kernel's start, for a history that a graded
+    notebook never reads (``In`` and ``Out`` stay)."""
+    return [sandboxed_python(), "-m", "ipykernel_launcher", "-f", connection_file, "--HistoryManager.enabled=False"]
 
 
 @functools.cache

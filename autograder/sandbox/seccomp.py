@@ -24,7 +24,8 @@ escape both:
 
 Byte-range locks (``fcntl(F_SETLK)`` and its kin) are kernel memory too, one record per range locked, which
 neither the address space nor a control group counts: refused with ``ENOLCK``, as when the system has none left
-(SQLite on a file then reports its database locked; IPython keeps its history in memory; ``flock``, one lock per
+(SQLite on a file then reports its database locked, once its busy timeout has passed; the grader's kernels keep no
+IPython history, which is such a file: :func:`autograder.sandbox.launcher.kernel_command`; ``flock``, one lock per
 open file, still works).
 
 And some objects count against the grader's own account, machine-wide, whatever user the kernel is inside its
