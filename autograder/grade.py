@@ -137,6 +137,12 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
             f"kernels ran WITHOUT a sandbox, with resource limits only: {bwrap}. They could read what the "
             "grader's user can read and reach the network"
         )
+    if not bwrap and os.geteuid() == 0 and (account := accounts.account_problem()) is not None:
+        found.append(
+            f"kernels ran under the grader's own account, root, not accounts of their own: {account}. What Linux "
+            "counts per account (epoll watches, pipe buffers) was shared by every kernel, the grader and the "
+            "machine's other processes of root (book/guide_instructors.md: 'The grader's threat model')"
+        )
     if cgroup:
         root = os.geteuid() == 0
         processes = "NOT limited (the grader runs as root, which RLIMIT_NPROC does not bind)" if root else (
@@ -348,7 +354,13 @@ def grade(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if max_class_mb is not None and (isinstance(max_class_mb, bool) or not isinstance(max_class_mb, int) or max_class_mb < 1):
         raise ValueError(f"max_class_mb must be a whole number of MB >= 1, got {max_class_mb!r}")
-    accounts.account_range()  # a range of kernel accounts that is set is a range (ValueError names it)
+    given_accounts = accounts.account_range()  # a range of kernel accounts that is set is a range (ValueError names it)
+    if given_accounts is not None and scheduler is None and jobs is not None and jobs > len(given_accounts):
+        raise ValueError(
+            f"jobs={jobs} is more workers than the {len(given_accounts)} accounts of {accounts.ACCOUNTS_VARIABLE}="
+            f"{os.environ[accounts.ACCOUNTS_VARIABLE]!r}: each worker's kernels need an account of their own; give at "
+            f"most {len(given_accounts)} jobs, or a wider range"
+        )
     if scheduler is not None:
         from autograder.executors.dask import check_cluster_address
 
@@ -412,10 +424,13 @@ def _with_hand_grades(results: list[Result], db_url: str, staging: Path, warning
 
 
 def default_jobs(limits: Limits) -> int:
-    """One worker per core, but no more than the machine's memory holds kernels of ``limits.memory_mb``."""
+    """One worker per core, but no more than the machine's memory holds kernels of ``limits.memory_mb``, nor
+    than the accounts that ``AUTOGRADER_KERNEL_ACCOUNTS`` gives (one for each worker's kernels)."""
     cores = os.cpu_count() or 1
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MEGABYTE
-    return max(1, min(cores, memory_mb // limits.memory_mb if limits.memory_mb else cores))
+    jobs = max(1, min(cores, memory_mb // limits.memory_mb if limits.memory_mb else cores))
+    given_accounts = accounts.account_range()
+    return jobs if given_accounts is None else min(jobs, len(given_accounts))
 
 
 def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: Options):

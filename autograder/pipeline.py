@@ -16,7 +16,8 @@ checks before it becomes a :class:`autograder.types.Result` and files:
   moves the instructor's terminal, and no line it wrote ("score 16 / 16") passes for the grader's.
 
 It never raises: whatever goes wrong gives the submission 0 and a reason. A failure of the grader itself
-(the stage crashed, answered nonsense or ran past its wall-clock limit; the control group could not be made)
+(the stage crashed, answered nonsense or ran past its wall-clock limit; the control group could not be made;
+the kernel's account could not be claimed)
 is marked as such, so that it is never kept as a grade (:mod:`autograder.records`).
 """
 
@@ -123,9 +124,18 @@ def _memory_note(task: Task, groups: Groups | None) -> str:
     return f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
 
 
+class NoKernelAccount(Exception):
+    """A grader that gives kernels accounts of their own could not give this one its account."""
+
+
 def _kernel_namespace(log: list[str]) -> int | None:
     """The user namespace that gives this worker's kernels an account of their own (:mod:`autograder.sandbox.accounts`),
-    or None where the grader cannot map one (the log says why)."""
+    or None where the grader cannot map any (the log says why, and report.txt for a root grader).
+
+    Raises:
+        NoKernelAccount: the grader maps accounts, but not this worker's: every account of
+            ``AUTOGRADER_KERNEL_ACCOUNTS`` is claimed, or the namespace could not be made. The kernel does not
+            run under the grader's account instead (root's, where accounts are mapped)."""
     problem = accounts.account_problem()
     if problem is not None:
         log += log_lines("grader", f"the kernel runs under the grader's account: {problem}")
@@ -134,8 +144,7 @@ def _kernel_namespace(log: list[str]) -> int | None:
         account = accounts.kernel_account()
         descriptor = accounts.user_namespace(account)
     except OSError as error:
-        log += log_lines("grader", f"the kernel runs under the grader's account: {error}")
-        return None
+        raise NoKernelAccount(str(error)) from error
     log += log_lines("grader", f"the kernel runs under the machine's user ID {account}, an account of its own")
     return descriptor
 
@@ -191,7 +200,12 @@ def grade_task(task: Task) -> Result:
         # The expected values of this student's varied items are computed here, not in the stage: they need torch,
         # which a worker imports once, where each stage would import it again.
         task = dataclasses.replace(task, student_splits=students_splits(task))
-        outcome = _start_stage(task, groups, marks, log)
+        try:
+            outcome = _start_stage(task, groups, marks, log)
+        except NoKernelAccount as error:
+            log += log_lines("grader", f"no kernel was started: {error}")
+            return write_ungraded(task, f"the grader could not give the kernel an account of its own ({error})",
+                                  grader_failure=True)
         result = _accept(task, outcome, _memory_note(task, groups), log, marks)
         marks["done"] = time.monotonic()
         return dataclasses.replace(result, seconds=phase_seconds(marks))

@@ -229,6 +229,81 @@ def test_a_range_of_kernel_accounts_is_read_and_a_bad_one_is_refused_naming_the_
             accounts.account_range(bad)
         assert f"AUTOGRADER_KERNEL_ACCOUNTS={bad!r}" in str(refused.value), bad
         assert "between 65536 and 4294967294" in str(refused.value)
+    # The accounts that graders outside containers make of their process IDs (2,000,000,000 + at most 2**22).
+    for overlapping in ("2000000000-2004194304", "1999999999-2000000000", "2004194304-2004194400",
+                        "2000001234-2000001234", "65536-4294967294"):
+        with pytest.raises(ValueError, match="outside 2000000000-2004194304: the accounts that graders in the"):
+            accounts.account_range(overlapping)
+    assert accounts.account_range("1999999000-1999999999") == range(1999999000, 2000000000)
+    assert accounts.account_range("2004194305-2004194305") == range(2004194305, 2004194306)
+
+
+def test_the_grade_command_refuses_more_workers_than_accounts_and_starts_no_more_by_default(tmp_path, monkeypatch):
+    (tmp_path / "class").mkdir()
+    environment = {**os.environ, "AUTOGRADER_KERNEL_ACCOUNTS": "70000-70001"}
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(tmp_path / "class"),
+                           "--out", str(tmp_path / "out"), "--jobs", "3"], env=environment, capture_output=True,
+                          text=True, timeout=300, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2, done.stderr
+    assert "jobs=3 is more workers than the 2 accounts of AUTOGRADER_KERNEL_ACCOUNTS='70000-70001'" in done.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
+    from autograder.grade import default_jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("AUTOGRADER_KERNEL_ACCOUNTS", "70000-70001")
+    assert default_jobs(Limits(memory_mb=0)) == 2
+    monkeypatch.delenv("AUTOGRADER_KERNEL_ACCOUNTS")
+    assert default_jobs(Limits(memory_mb=0)) == 8
+
+
+@pytest.mark.slow
+@needs_root_and_bwrap
+def test_a_worker_that_finds_every_account_claimed_starts_no_kernel_and_keeps_no_grade(tmp_path):
+    """Another grader of the same container holds the range's one account: this worker's submission is the
+    grader's failure (never kept, graded by the next run), and no kernel runs under root's account instead."""
+    from planted import filled, solutions, write_submission
+
+    from autograder.grade import grade
+
+    account = 3_000_000_300
+    write_submission(tmp_path / "class", "s1", ASSIGNMENT, filled(ASSIGNMENT, solutions(ASSIGNMENT)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CLAIMER.replace("range(70000, 70002)", f"range({account}, {account + 1})"),
+         str(accounts.CLAIMS_FOLDER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    seen: dict[int, int] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_kernel_user_ids, args=(seen, stop), daemon=True)
+    try:
+        assert holder.stdout.readline().strip() == str(account)
+        watcher.start()
+        os.environ["AUTOGRADER_KERNEL_ACCOUNTS"] = f"{account}-{account}"
+        (result,) = grade(tmp_path / "class", tmp_path / "out", jobs=1, timeout=300, limits=Limits(), regrade=True)
+    finally:
+        os.environ.pop("AUTOGRADER_KERNEL_ACCOUNTS", None)
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
+        holder.communicate("")
+    assert result.grader_failure and result.score == 0
+    assert "could not give the kernel an account of its own" in result.reason
+    assert "is claimed by another worker" in result.reason
+    assert seen == {}  # no kernel started, under any account
+    log = (tmp_path / "out" / "logs" / "s1" / f"{ASSIGNMENT}.log").read_text()
+    assert "no kernel was started" in log
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare(1), as root")
+def test_report_txt_says_when_root_s_kernels_run_under_root_s_account():
+    code = ("from autograder.grade import _enforcement_warnings; from autograder.sandbox.launcher import Limits\n"
+            "print('\\n'.join(_enforcement_warnings(None, None, Limits())))")
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    contained = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+                               capture_output=True, text=True, check=True).stdout
+    assert "kernels ran under the grader's own account, root" not in here
+    assert ("kernels ran under the grader's own account, root, not accounts of their own: the grader runs in a "
+            "process namespace of its own (a container)") in contained
 
 
 def test_the_grade_command_refuses_a_range_that_is_not_one(tmp_path):

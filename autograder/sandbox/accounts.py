@@ -40,6 +40,7 @@ import pwd
 from pathlib import Path
 
 KERNEL_ACCOUNTS_BASE = 2_000_000_000  # plus a process ID (at most 2**22): below 2**31, far above any person's
+LAST_PROCESS_ACCOUNT = KERNEL_ACCOUNTS_BASE + 2**22  # the highest process ID Linux gives (pid_max's limit)
 KERNEL_USER_IN_STAGE = 65534  # nobody, as the stage sees the kernel's account
 _CLONE_NEWUSER = 0x10000000
 _INITIAL_MAP = "0 0 4294967295"
@@ -72,6 +73,9 @@ def account_range(value: str | None = None) -> range | None:
     first, last = int(parts[0]), int(parts[1])
     if not LOWEST_GIVEN_ACCOUNT <= first <= last <= HIGHEST_GIVEN_ACCOUNT:
         raise ValueError(allowed)
+    if first <= LAST_PROCESS_ACCOUNT and last >= KERNEL_ACCOUNTS_BASE:
+        raise ValueError(f"{allowed}, outside {KERNEL_ACCOUNTS_BASE}-{LAST_PROCESS_ACCOUNT}: the accounts that "
+                         "graders in the machine's own process namespace make of their process IDs")
     return range(first, last + 1)
 
 
