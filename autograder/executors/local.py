@@ -1,10 +1,22 @@
-"""The local executor: a pool of worker processes on this machine, one kernel at a time each."""
+"""The local executor: a pool of worker processes on this machine, one kernel at a time each.
+
+A worker that dies (the machine's out-of-memory killer, a crash in native code, an operator's ``kill``) breaks
+its pool, and ``concurrent.futures`` then fails every submission the pool still held, begun or not. So each
+worker marks a submission as begun (a file in a folder of the batch) before it grades it, and after a break:
+
+- a submission that no worker had begun is handed to a new pool, as if nothing happened;
+- one that a worker had begun is graded again alone, in a pool of one worker; if that worker dies too, the
+  submission is the one that kills workers, and it gets 0 and the reason.
+
+So one death costs the batch a new pool, never the other students' grades.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
 import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +24,9 @@ from pathlib import Path
 from autograder.pipeline import grade_task, write_ungraded
 from autograder.student.kernels import kernel_environment
 from autograder.types import Result, Task
+
+WORKER_DIED = "the grader's worker process failed (it died while grading this submission, {})"
+NO_WORKER = "the grader's worker process failed (the workers died before they began any submission)"
 
 
 def _init_worker(jupyter_directory: str, log_directory: str) -> None:
@@ -26,23 +41,63 @@ def _init_worker(jupyter_directory: str, log_directory: str) -> None:
     os.dup2(log_file, 2)
 
 
+def _grade_marked(task: Task, begun: str, grade: Callable[[Task], Result]) -> Result:
+    """In the worker: mark ``task`` as begun (the file ``begun``), then ``grade`` it."""
+    Path(begun).touch()
+    return grade(task)
+
+
 def run_local(
-    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Callable[[Result], None]
+    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Callable[[Result], None],
+    grade: Callable[[Task], Result] | None = None,
 ) -> None:
-    """Grade ``tasks`` in ``jobs`` worker processes; hand each result to ``deliver`` as soon as it is ready.
-    A worker process that dies gives its submission 0 and a reason; the others go on."""
+    """Grade ``tasks`` in ``jobs`` worker processes (``grade``, default :func:`autograder.pipeline.grade_task`: a
+    function of a module, which the workers import); hand each result to ``deliver`` as soon as it is ready. A
+    worker process that dies gives 0 and a reason to the submission it was grading, and to no other (see the
+    module docstring); workers that die before they begin any give every submission left 0 and that reason."""
+    grade = grade or grade_task
+    with tempfile.TemporaryDirectory(prefix="autograder-begun-") as marks:
+        begun = {id(task): str(Path(marks) / str(index)) for index, task in enumerate(tasks)}
+        waiting = list(tasks)
+        while waiting:
+            broken = _run_pool(waiting, jobs, jupyter_directory, worker_logs, deliver, begun, grade)
+            suspects = [task for task in broken if os.path.exists(begun[id(task)])]
+            suspected = {id(task) for task in suspects}
+            if broken and not suspects:  # no worker began a task: the pool's workers cannot start at all
+                for task in broken:
+                    deliver(write_ungraded(task, NO_WORKER, grader_failure=True))
+                return
+            for task in suspects:  # each alone: a second death is its own
+                if _run_pool([task], 1, jupyter_directory, worker_logs, deliver, begun, grade):
+                    deliver(write_ungraded(task, WORKER_DIED.format("twice, the second time alone"),
+                                           grader_failure=True))
+            waiting = [task for task in broken if id(task) not in suspected]
+
+
+def _run_pool(
+    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Callable[[Result], None],
+    begun: dict[int, str], grade: Callable[[Task], Result],
+) -> list[Task]:
+    """``tasks`` through one pool of ``jobs`` workers, each result delivered; returns the tasks that the pool
+    failed because one of its workers died (none when no worker died)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+    broken = []
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=jobs,
+        max_workers=min(jobs, len(tasks)),
         mp_context=context,
         initializer=_init_worker,
         initargs=(str(jupyter_directory), str(worker_logs)),
     ) as pool:
-        futures = {pool.submit(grade_task, task): task for task in tasks}
+        futures = {pool.submit(_grade_marked, task, begun[id(task)], grade): task for task in tasks}
         for future in concurrent.futures.as_completed(futures):
             task = futures[future]
             try:
                 result = future.result()
-            except Exception as error:  # noqa: BLE001 (the worker process itself died)
-                result = write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})", grader_failure=True)
+            except concurrent.futures.process.BrokenProcessPool:
+                broken.append(task)
+                continue
+            except Exception as error:  # noqa: BLE001 (the task could not reach its worker, or come back)
+                result = write_ungraded(task, f"the grader's worker process failed ({type(error).__name__})",
+                                        grader_failure=True)
             deliver(result)
+    return broken
