@@ -51,6 +51,7 @@ graded and why (:func:`not_graded_lines`), which ``report.txt`` holds too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -67,7 +68,7 @@ from autograder import ASSIGNMENTS, REPOSITORY
 from autograder.course import TemporaryCourse, course_version, load_config
 from autograder.course_directory import CONFIG_NAME, copy_exchange_files, write_course_files
 from autograder.executors.dask import SchedulerLost, run_dask
-from autograder.executors.local import run_local
+from autograder.executors.local import run_local, start_workers
 from autograder.feedback.escape import report_text
 from autograder.feedback.handgraded import has_hand_grade, write_page
 from autograder.feedback.reports import Labels, waiting_for_hand_grades, write_csvs, write_report
@@ -438,13 +439,19 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
     item of each assignment by grade id, read from its released notebook, and the intake's warnings about what
     it did not read that belong to no student's row)."""
     limits = options.limits
-    with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name:
+    with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name, contextlib.ExitStack() as stopping:
         work = Path(work_name)
         collection = collect(path, ASSIGNMENTS, received=work / "received", max_bytes=options.max_class_bytes)
         warnings_found = list(collection.warnings)
         assignments = sorted({submission.assignment for submission in collection.submissions}
                              | {skipped.assignment for skipped in collection.skipped if skipped.assignment})
         course = TemporaryCourse(work / "template", assignments)
+        worker_logs = staging / "logs"
+        pool = None
+        if collection.submissions and not options.scheduler:  # its workers start beside what follows
+            worker_logs.mkdir(parents=True, exist_ok=True)
+            pool = start_workers(options.jobs or default_jobs(limits), course.jupyter_directory, worker_logs)
+            stopping.callback(pool.shutdown, cancel_futures=True)  # whatever happens before run_local ends it
         kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
         released = {
             assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
@@ -548,10 +555,8 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
                         f"({', '.join(recorded) or 'none'}); run the same command again to grade the rest"
                     ) from error
             elif tasks:
-                worker_logs = staging / "logs"
-                worker_logs.mkdir(parents=True, exist_ok=True)
                 workers = min(options.jobs or default_jobs(limits), len(tasks))
-                run_local(tasks, workers, course.jupyter_directory, worker_logs, deliver)
+                run_local(tasks, workers, course.jupyter_directory, worker_logs, deliver, pool=pool)
         finally:
             deliver.close()
     results = deliver.results

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.executors.local import NO_WORKER, WORKER_DIED, run_local
+from autograder.executors.local import NO_WORKER, WORKER_DIED, run_local, start_workers
 from autograder.types import Item, LayoutItem, Result, Task
 
 pytestmark = pytest.mark.slow
@@ -37,11 +37,14 @@ def _task(tmp_path: Path, student: str) -> Task:
     )
 
 
-def test_a_worker_that_dies_costs_its_own_submission_only(tmp_path):
+@pytest.mark.parametrize("started", [False, True], ids=["own pool", "workers started before"])
+def test_a_worker_that_dies_costs_its_own_submission_only(tmp_path, started):
     tasks = [_task(tmp_path, f"s{index}") for index in range(8)]
     delivered: list[Result] = []
     (tmp_path / "worker-logs").mkdir()
-    run_local(tasks, 2, tmp_path / "jupyter", tmp_path / "worker-logs", delivered.append, grade=grade_or_die)
+    pool = start_workers(2, tmp_path / "jupyter", tmp_path / "worker-logs") if started else None
+    run_local(tasks, 2, tmp_path / "jupyter", tmp_path / "worker-logs", delivered.append, grade=grade_or_die,
+              pool=pool)
     assert Counter(result.student for result in delivered) == Counter(task.student for task in tasks)  # once each
     by_student = {result.student: result for result in delivered}
     killed = by_student.pop(KILLER)

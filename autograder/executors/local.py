@@ -62,20 +62,49 @@ def _grade_marked(task: Task, begun: str, grade: Callable[[Task], Result]) -> Re
     return grade(task)
 
 
+def start_workers(jobs: int, jupyter_directory: Path, worker_logs: Path) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of ``jobs`` workers, started now, each importing what grading needs (:func:`_warm_up`), for
+    :func:`run_local`: the workers start while the caller still prepares the batch (the template course, the
+    gradebook), on the cores that preparation leaves idle."""
+    pool = _new_pool(jobs, jupyter_directory, worker_logs)
+    for _ in range(jobs):
+        pool.submit(_warm_up)
+    return pool
+
+
+def _warm_up() -> None:
+    """In a worker: import what its first submission would (torch, for the expected values of varied items)."""
+    import torch  # noqa: F401
+
+    import autograder.variants  # noqa: F401
+
+
+def _new_pool(jobs: int, jupyter_directory: Path, worker_logs: Path) -> concurrent.futures.ProcessPoolExecutor:
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),  # no fork of a process that may hold threads
+        initializer=_init_worker,
+        initargs=(str(jupyter_directory), str(worker_logs)),
+    )
+
+
 def run_local(
     tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Callable[[Result], None],
-    grade: Callable[[Task], Result] | None = None,
+    grade: Callable[[Task], Result] | None = None, pool: concurrent.futures.ProcessPoolExecutor | None = None,
 ) -> None:
     """Grade ``tasks`` in ``jobs`` worker processes (``grade``, default :func:`autograder.pipeline.grade_task`: a
-    function of a module, which the workers import); hand each result to ``deliver`` as soon as it is ready. A
-    worker process that dies gives 0 and a reason to the submission it was grading, and to no other (see the
-    module docstring); workers that die before they begin any give every submission left 0 and that reason."""
+    function of a module, which the workers import; ``pool``: workers already started by :func:`start_workers`,
+    used first and shut down here); hand each result to ``deliver`` as soon as it is ready. A worker process that
+    dies gives 0 and a reason to the submission it was grading, and to no other (see the module docstring);
+    workers that die before they begin any give every submission left 0 and that reason."""
     grade = grade or grade_task
     with tempfile.TemporaryDirectory(prefix="autograder-begun-") as marks:
         begun = {id(task): str(Path(marks) / str(index)) for index, task in enumerate(tasks)}
         waiting = list(tasks)
         while waiting:
-            broken = _run_pool(waiting, jobs, jupyter_directory, worker_logs, deliver, begun, grade)
+            pool = pool or _new_pool(min(jobs, len(waiting)), jupyter_directory, worker_logs)
+            broken = _run_pool(pool, waiting, deliver, begun, grade)
+            pool = None
             suspects = [task for task in broken if os.path.exists(begun[id(task)])]
             suspected = {id(task) for task in suspects}
             if broken and not suspects:  # no worker began a task: the pool's workers cannot start at all
@@ -83,27 +112,29 @@ def run_local(
                     deliver(write_ungraded(task, NO_WORKER, grader_failure=True))
                 return
             for task in suspects:  # each alone: a second death is its own
-                if _run_pool([task], 1, jupyter_directory, worker_logs, deliver, begun, grade):
+                alone = _new_pool(1, jupyter_directory, worker_logs)
+                if _run_pool(alone, [task], deliver, begun, grade):
                     deliver(write_ungraded(task, WORKER_DIED.format("twice, the second time alone"),
                                            grader_failure=True))
             waiting = [task for task in broken if id(task) not in suspected]
+    if pool is not None:  # started, but given no task
+        pool.shutdown()
 
 
 def _run_pool(
-    tasks: list[Task], jobs: int, jupyter_directory: Path, worker_logs: Path, deliver: Callable[[Result], None],
+    pool: concurrent.futures.ProcessPoolExecutor, tasks: list[Task], deliver: Callable[[Result], None],
     begun: dict[int, str], grade: Callable[[Task], Result],
 ) -> list[Task]:
-    """``tasks`` through one pool of ``jobs`` workers, each result delivered; returns the tasks that the pool
-    failed because one of its workers died (none when no worker died)."""
-    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+    """``tasks`` through ``pool``, each result delivered, then the pool shut down; returns the tasks that the
+    pool failed because one of its workers died (none when no worker died)."""
     broken = []
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(jobs, len(tasks)),
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(str(jupyter_directory), str(worker_logs)),
-    ) as pool:
-        futures = {pool.submit(_grade_marked, task, begun[id(task)], grade): task for task in tasks}
+    with pool:
+        futures = {}
+        for task in tasks:
+            try:
+                futures[pool.submit(_grade_marked, task, begun[id(task)], grade)] = task
+            except concurrent.futures.process.BrokenProcessPool:  # a worker died before (while warming up)
+                broken.append(task)
         for future in concurrent.futures.as_completed(futures):
             task = futures[future]
             try:
