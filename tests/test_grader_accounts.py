@@ -454,6 +454,27 @@ def test_in_a_container_each_kernel_runs_under_an_account_of_the_container_s_ran
     assert named == set(given), named
 
 
+def test_an_id_that_names_a_group_or_lies_in_a_person_s_subordinate_ids_is_never_claimed(tmp_path):
+    import grp
+    import pwd
+
+    users = {entry.pw_uid for entry in pwd.getpwall()}
+    group = next((entry for entry in grp.getgrall() if entry.gr_gid not in users), None)
+    if group is not None:  # the kernel's ID is its group's too
+        with pytest.raises(OSError, match=f"the machine's group {group.gr_name!r}"):
+            accounts.claim_account(range(group.gr_gid, group.gr_gid + 1), tmp_path / "claims")
+    subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
+    subuid.write_text("alice:3100000000:65536\nbroken line\nbob:x:5\n")
+    subgid.write_text("carol:3200000000:10\n")
+    files = (subuid, subgid)
+    assert accounts.account_holder(3100000000, files) == (
+        f"in the subordinate IDs 3100000000-3100065535 of 'alice' ({subuid})")
+    assert accounts.account_holder(3100065535, files).startswith("in the subordinate IDs 3100000000-3100065535")
+    assert accounts.account_holder(3200000009, files) == f"in the subordinate IDs 3200000000-3200000009 of 'carol' ({subgid})"
+    assert accounts.account_holder(3100065536, files) is None and accounts.account_holder(3200000010, files) is None
+    assert accounts.account_holder(0, files) == "the machine's account 'root'"
+
+
 def test_an_account_the_machine_names_is_never_claimed(tmp_path):
     with pytest.raises(OSError, match="AUTOGRADER_KERNEL_ACCOUNTS holds 0, the machine's account 'root'"):
         accounts.claim_account(range(1), tmp_path / "claims")

@@ -33,8 +33,10 @@ another user, cannot see the stage's processes or threads there at all.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
+import grp
 import os
 import pwd
 from pathlib import Path
@@ -86,8 +88,8 @@ def claim_account(accounts: range, folder: Path = CLAIMS_FOLDER) -> int:
     inherited, so that the parent's account is freed when the parent ends.
 
     Raises:
-        OSError: every account of the range is claimed, one names an account of the machine, or the folder
-            cannot be made.
+        OSError: every account of the range is claimed, one is already held on the machine
+            (:func:`account_holder`), or the folder cannot be made.
     """
     global _claim
     if _claim is not None:
@@ -103,15 +105,40 @@ def claim_account(accounts: range, folder: Path = CLAIMS_FOLDER) -> int:
         except BlockingIOError:
             os.close(descriptor)
             continue
-        try:
-            named = pwd.getpwuid(account).pw_name
-        except KeyError:
+        holder = account_holder(account)
+        if holder is None:
             _claim = (os.getpid(), account, descriptor)
             return account
         os.close(descriptor)
-        raise OSError(f"{ACCOUNTS_VARIABLE} holds {account}, the machine's account {named!r}")
+        raise OSError(f"{ACCOUNTS_VARIABLE} holds {account}, {holder}")
     raise OSError(f"every account of {ACCOUNTS_VARIABLE} ({accounts.start}-{accounts.stop - 1}) is claimed by "
                   "another worker: give a range with one account for each worker")
+
+
+SUBORDINATE_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+
+
+def account_holder(account: int, subordinate_files: tuple[Path, ...] = SUBORDINATE_FILES) -> str | None:
+    """Who on the machine already holds the ID ``account`` (the kernel's user and its group alike), in words, or
+    None: a user or a group the machine names, or a person's subordinate range (``/etc/subuid``,
+    ``/etc/subgid``: the IDs ``newuidmap`` lets that person's rootless containers run as, which could then signal
+    the kernel and share what Linux counts for its account)."""
+    with contextlib.suppress(KeyError):
+        return f"the machine's account {pwd.getpwuid(account).pw_name!r}"
+    with contextlib.suppress(KeyError):
+        return f"the machine's group {grp.getgrgid(account).gr_name!r}"
+    for path in subordinate_files:
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.strip().split(":")
+            if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                first, count = int(fields[1]), int(fields[2])
+                if first <= account < first + count:
+                    return f"in the subordinate IDs {first}-{first + count - 1} of {fields[0]!r} ({path})"
+    return None
 
 
 def kernel_account(pid: int | None = None) -> int:
@@ -121,12 +148,15 @@ def kernel_account(pid: int | None = None) -> int:
 
     Raises:
         ValueError: ``AUTOGRADER_KERNEL_ACCOUNTS`` is set but not a range (:func:`account_range`).
-        OSError: no account of the range can be claimed.
+        OSError: no account of the range can be claimed, or the account is already held on the machine.
     """
     given = account_range()
     if given is not None and pid is None:
         return claim_account(given)
-    return KERNEL_ACCOUNTS_BASE + (os.getpid() if pid is None else pid)
+    account = KERNEL_ACCOUNTS_BASE + (os.getpid() if pid is None else pid)
+    if (holder := account_holder(account)) is not None:
+        raise OSError(f"the kernel's account {account} is {holder}")
+    return account
 
 
 def account_problem() -> str | None:
