@@ -66,6 +66,18 @@ def test_a_planted_script_gets_no_hash(inline_scripts):
     assert _hash("alert(1)") not in hashes and _hash("\nvar assignment_id = 'x';\n") not in hashes
 
 
+def test_a_copy_of_a_template_script_further_down_the_page_gets_no_hash(inline_scripts):
+    page = _render("manage_submissions.tpl", base_url="", assignment_id="04_relative", url_prefix=".",
+                   mathjax_url="", windows=False)  # fmt: skip
+    copy = '<script type="text/javascript">\nvar assignment_id = "05_rope";\n</script>'
+    planted = page.replace("</body>", f"<div class='notebook'>{copy}</div></body>")
+    assert copy in planted
+    hashes = inline_scripts.hashes(planted.encode())
+    assert _hash('\nvar assignment_id = "04_relative";\n') in hashes  # the page's own, first
+    assert _hash('\nvar assignment_id = "05_rope";\n') not in hashes
+    assert _hash('\nvar assignment_id = "05_rope";\n') in inline_scripts.hashes(copy.encode())  # alone, it would match
+
+
 def test_the_grading_pages_name_toggles_are_allowed_by_hash(inline_scripts):
     handlers = inline_scripts.hashes(b"")
     assert {_hash("toggle_name(true);"), _hash("toggle_name(false);"), _hash("toggleAllNames()")} <= set(handlers)

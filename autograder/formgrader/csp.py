@@ -7,7 +7,8 @@ runs only where its text is one of the inline scripts of the pages' own template
 JupyterLab's page, Jupyter server's pages), each allowed by its SHA-256 hash for that response; an inline
 event handler (``onclick="toggle_name(true);"``) runs only where it is one written in those templates, by its
 hash too (``'unsafe-hashes'`` lets hashes, and only hashes, name handlers). ``'unsafe-inline'`` is never
-allowed: whatever a notebook smuggles into a page does not run. ``'unsafe-eval'`` is allowed on JupyterLab's
+allowed: whatever a notebook smuggles into a page does not run, not even a copy of a template's script with
+other plain values (each template script is allowed once, in its first place: :meth:`InlineScripts.hashes`). ``'unsafe-eval'`` is allowed on JupyterLab's
 own page (``/lab`` and below) only, which cannot start without it: its settings registry compiles JSON schemas
 into functions (ajv), and under a policy without eval Chromium refuses that ("EvalError: Evaluating a string as
 JavaScript violates the following Content Security Policy directive") and most of its plugins fail to
@@ -144,13 +145,20 @@ class InlineScripts:
         self.handler_hashes = [sha256_source(handler) for handler in template_handlers(templates)]
 
     def hashes(self, page: bytes) -> list[str]:
-        """The hash of every inline script of ``page`` that one of the templates wrote, and the handlers'."""
-        found = [
-            match["text"]
-            for match in _SCRIPT.finditer(page)
-            if _is_inline_javascript(match["attributes"])
-            and any(pattern.fullmatch(match["text"]) for pattern in self.patterns)
-        ]
+        """The hash of every inline script of ``page`` that one of the templates wrote, and the handlers'.
+
+        A template writes each of its scripts once in a page, before the content it shows: so each template
+        script is allowed in its first match only. A copy further down (a notebook shown on the page that
+        brings ``var submission_id = "another";``, with plain values, to overwrite the page's own) gets no
+        hash."""
+        found, used = [], set()
+        for match in _SCRIPT.finditer(page):
+            if not _is_inline_javascript(match["attributes"]):
+                continue
+            template = next((pattern.pattern for pattern in self.patterns if pattern.fullmatch(match["text"])), None)
+            if template is not None and template not in used:
+                used.add(template)
+                found.append(match["text"])
         return [*map(sha256_source, found), *self.handler_hashes]
 
 
