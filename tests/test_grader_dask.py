@@ -24,6 +24,7 @@ from planted.cluster import DIE_FOR, Cluster, grade_or_die
 
 from autograder import grade as grade_module
 from autograder.executors import dask as dask_executor
+from autograder.executors.bridge import NO_CHECKED_WORKER
 from autograder.executors.credentials import cluster_security, make_credentials
 from autograder.executors.dask import SchedulerLost
 from autograder.grade import grade
@@ -126,6 +127,23 @@ def test_a_task_that_ends_its_worker_gets_zero_and_the_batch_completes(tmp_path,
     assert alive == 1  # it ended one worker, and no other
     page = (tmp_path / "out" / "feedback" / DIE_FOR / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
     assert "grading it ended 1 worker(s)" in page
+
+
+def test_a_batch_whose_checked_workers_are_all_gone_ends_with_a_reason_for_each_submission_left(tmp_path, monkeypatch):
+    # The scheduler's default lets a task end 4 workers: here it ends both, and every task is bound to the workers
+    # that passed the batch's check. The batch ends (it waited for ever before) and no grade is kept.
+    cluster = Cluster(tmp_path)
+    try:
+        monkeypatch.setattr(grade_module, "run_dask", _with_remote(grade_or_die))
+        results = grade(_class(tmp_path / "class", (DIE_FOR, "ada")), tmp_path / "out", scheduler=cluster.address,
+                        cluster_credentials=cluster.credentials)
+        alive = sum(worker.poll() is None for worker in cluster.workers)
+    finally:
+        cluster.stop()
+    assert alive == 0
+    by_student = {result.student: result for result in results}
+    assert by_student[DIE_FOR].reason == NO_CHECKED_WORKER and by_student[DIE_FOR].grader_failure
+    assert by_student["ada"].reason in (None, NO_CHECKED_WORKER)  # graded before the workers were gone, or not
 
 
 def _with_remote(remote):

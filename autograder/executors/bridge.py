@@ -264,7 +264,7 @@ def run(job: Job, tasks: list[tuple[Task, bytes]]) -> None:
     """Grade ``tasks`` on the cluster, sending every outcome as a message (see the module docstring)."""
     import hashlib
 
-    from distributed import Client, as_completed
+    from distributed import Client, wait
     from distributed.scheduler import KilledWorker
 
     from autograder.executors.dask import check_worker, install_course, lost_scheduler
@@ -296,9 +296,24 @@ def run(job: Job, tasks: list[tuple[Task, bytes]]) -> None:
             future = client.submit(job.remote, course_key, task, notebook, key=f"grade-{batch}-{task.directory.name}",
                                    workers=good, allow_other_workers=False, retries=0, pure=False)
             futures[future] = index
+        pending = set(futures)
         with client.as_current():
-            for future in as_completed(futures):
-                _send(_outcome(future, futures[future], allowed, KilledWorker))
+            while pending:
+                try:
+                    done, pending = wait(pending, timeout=WATCH_SECONDS, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # none done in that time (distributed's wait raises)
+                    done = set()
+                for future in done:
+                    try:
+                        _send(_outcome(future, futures[future], allowed, KilledWorker, timeout=FETCH_SECONDS))
+                    except TimeoutError:  # its result was kept on a worker that is gone: made again, or failed below
+                        pending.add(future)
+                if pending and not set(good) & set(client.scheduler_info(n_workers=-1)["workers"]):
+                    # Tasks run only on the workers that passed the check, and none is left (they died, or came
+                    # back under a nanny at a new address): the rest would wait for ever.
+                    for future in sorted(pending, key=futures.get):  # released when the client closes
+                        _send({"kind": "failed", "index": futures[future], "reason": NO_CHECKED_WORKER})
+                    pending = set()
     except Exception as error:  # noqa: BLE001 (the scheduler went away, or the batch cannot go on)
         if lost_scheduler(error):
             _send({"kind": "lost", "message": _cut(f"the scheduler {job.scheduler} went away ({type(error).__name__}: "
@@ -312,17 +327,29 @@ def run(job: Job, tasks: list[tuple[Task, bytes]]) -> None:
     _send({"kind": "done"})
 
 
+WATCH_SECONDS = 5  # how often a batch that waits for its tasks looks whether the cluster still has its workers
+FETCH_SECONDS = 30  # the longest a finished task's result may take to arrive before it counts as lost with its worker
+NO_CHECKED_WORKER = ("no worker that passed the batch's check is left in the cluster (each one died, or left); "
+                     "the next run grades this submission")
+
+
 def _allowed_failures() -> int:
     import dask
 
     return int(dask.config.get("distributed.scheduler.allowed-failures"))
 
 
-def _outcome(future, index: int, allowed: int, killed_worker: type) -> dict:
+def _outcome(future, index: int, allowed: int, killed_worker: type, timeout: float | None = None) -> dict:
+    """The message for a finished ``future``; TimeoutError when its result cannot be fetched within ``timeout``
+    seconds (it was kept on a worker that died since: the scheduler computes it again where a worker is left)."""
     from autograder.executors.dask import lost_scheduler
 
     try:
-        shipped = future.result()
+        shipped = future.result(timeout=timeout)
+    except TimeoutError:
+        if future.status != "error":  # not the task's own error: its result is not there to fetch
+            raise
+        return {"kind": "failed", "index": index, "reason": "the grader's worker failed (TimeoutError)"}
     except killed_worker:
         return {"kind": "failed", "index": index,
                 "reason": f"grading it ended {allowed + 1} worker(s), more than the scheduler allows ({allowed})"}

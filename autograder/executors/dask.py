@@ -179,6 +179,8 @@ def lost_scheduler(error: BaseException) -> bool:
 
     if getattr(error, "reason", None) == "scheduler-connection-lost":  # the futures cancelled by the client
         return True
+    if any(getattr(group, "reason", None) == "scheduler-connection-lost" for group in getattr(error, "error_groups", ())):
+        return True  # the same, as a wait on several futures says it
     return isinstance(error, CommClosedError | OSError | TimeoutError) or "not running" in str(error)
 
 
