@@ -8,8 +8,8 @@ JupyterLab's page, Jupyter server's pages), each allowed by its SHA-256 hash for
 event handler (``onclick="toggle_name(true);"``) runs only where it is one written in those templates, by its
 hash too (``'unsafe-hashes'`` lets hashes, and only hashes, name handlers). ``'unsafe-inline'`` is never
 allowed: whatever a notebook smuggles into a page does not run, not even a copy of a template's script with
-other plain values (each template script is allowed once, in its first place: :meth:`InlineScripts.hashes`). ``'unsafe-eval'`` is allowed on JupyterLab's
-own page (``/lab`` and below) only, which cannot start without it: its settings registry compiles JSON schemas
+other plain values (each template script is allowed once, in its first place: :meth:`InlineScripts.hashes`).
+``'unsafe-eval'`` is allowed on JupyterLab's own page (``/lab`` and below) only, which cannot start without it: its settings registry compiles JSON schemas
 into functions (ajv), and under a policy without eval Chromium refuses that ("EvalError: Evaluating a string as
 JavaScript violates the following Content Security Policy directive") and most of its plugins fail to
 activate. nbgrader's formgrader pages, where student notebooks are shown, run without it.
