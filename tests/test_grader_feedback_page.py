@@ -139,6 +139,28 @@ def test_the_notebook_the_formgrader_shows_holds_no_machinery_and_keeps_the_stud
     assert items == ITEMS
 
 
+def test_a_hand_graded_page_shows_the_html_of_a_crossed_notebook_only_as_cleaned_html(graded, tmp_path):
+    """The crossing checks the autograded notebook's shape, not its HTML; the page ``feedback`` makes again after
+    a hand grade cleans that HTML again (:func:`autograder.feedback.outputs.cleaned_again`), so a ``<style>`` or a
+    handler that a stage which was not itself wrote reaches no page."""
+    from autograder.feedback.handgraded import feedback_page
+    from autograder.sandbox.crossing import check_autograded
+
+    notebook = nbformat.read(graded / "autograded" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    markdown = next(cell for cell in notebook.cells if cell.cell_type == "markdown")
+    markdown.source = markdown.source[:-len("</div>")] + '<style>body{display:none}</style><b onclick="x()">forged</b></div>'
+    code = next(cell for cell in notebook.cells if cell.cell_type == "code" and cell.outputs)
+    code.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": '<style>p{color:red}</style><i onmouseover="y()">out</i>'}))
+    text = nbformat.writes(notebook)
+    check_autograded(text)  # it crosses
+    autograded = tmp_path / f"{ASSIGNMENT}.ipynb"
+    autograded.write_text(text, encoding="utf-8")
+    page = feedback_page(autograded, STUDENT, ASSIGNMENT, f"sqlite:///{graded / 'gradebook.db'}", [])
+    assert "<b>forged</b>" in page and "<i>out</i>" in page
+    for planted in ("<style>body", "<style>p{", "onclick", "onmouseover"):
+        assert planted not in page, planted
+
+
 @needs_browser
 def test_the_student_reads_the_feedback_page_on_a_phone(graded):
     from playwright.sync_api import sync_playwright

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import nbformat
 import pytest
 from nbconvert.exporters import HTMLExporter
 from nbgrader.server_extensions.formgrader import handlers
 
+from autograder.feedback.outputs import sanitize_notebook
 from autograder.formgrader import rendering
+from autograder.sandbox.crossing import check_autograded
 from autograder.sandbox.launcher import Limits
 from autograder.sandbox.stage import STAGE_MEMORY_MB
 
@@ -28,13 +31,14 @@ RESOURCES = {"assignment_id": "04_relative", "notebook_id": "04_relative", "subm
 
 
 def _notebook(path):
+    """An autograded notebook as the grading stage writes it (:func:`sanitize_notebook`)."""
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_markdown_cell("The bias depends on the *distance* only."),
         nbformat.v4.new_code_cell("offsets = [j - i for i in range(3) for j in range(3)]", outputs=[
             nbformat.v4.new_output("stream", name="stdout", text="[0, 1, 2, -1, 0, 1, -2, -1, 0]\n")]),
     ]
-    nbformat.write(notebook, path)
+    nbformat.write(sanitize_notebook(notebook), path)
     return path
 
 
@@ -44,6 +48,48 @@ def test_a_view_is_the_page_nbgraders_exporter_makes_in_the_server(tmp_path):
     page = rendering.render_view(notebook, RESOURCES, FORMGRADE, Limits())
     assert page == expected
     assert "The bias depends on the" in page and "Lima" in page  # the notebook and the resources both in it
+
+
+def test_a_view_shows_the_html_of_a_crossed_notebook_only_as_cleaned_html(tmp_path):
+    """Round 15: the crossing checks a notebook's shape, not its HTML, and nbgrader's template puts a markdown
+    cell's source on the page as it is: a ``<style>`` (which the page's policy allows inline) could hide or
+    forge what the instructor grades by, and a copy of a template's script could set its globals. A stage
+    that was not itself could send both; the view cleans the notebook again before it renders it."""
+    hostile = ('<style>body{display:none}</style><script type="text/javascript">var submission_id = "other";'
+               '</script><b onclick="alert(1)">kept</b>')
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell(f"<div>{hostile}</div>"),
+        nbformat.v4.new_markdown_cell(f"## written otherwise\n\n{hostile}"),
+        nbformat.v4.new_raw_cell(hostile),
+        nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output("display_data", data={"text/html": hostile})]),
+    ]
+    check_autograded(nbformat.writes(notebook))  # it crosses
+    path = tmp_path / "04_relative.ipynb"
+    nbformat.write(notebook, path)
+    honest, _ = HTMLExporter(**FORMGRADE).from_filename(str(_notebook(tmp_path / "honest.ipynb")), resources=dict(RESOURCES))
+    page = rendering.render_view(path, RESOURCES, FORMGRADE, Limits())
+    assert "body{display:none}" in page and "<b>kept</b>" in page  # the text is there, as text
+    assert _elements(page) == _elements(honest)  # styles, scripts and handlers: the template's only
+
+
+def _elements(page: str) -> tuple[list[str], list[str], list[str]]:
+    """The page's ``<style>`` texts, ``<script>`` texts and event handlers, as a browser's parser finds them."""
+    found: tuple[list[str], list[str], list[str]] = ([], [], [])
+
+    class Parser(HTMLParser):
+        inside: str | None = None
+
+        def handle_starttag(self, tag, attrs):
+            self.inside = tag if tag in ("style", "script") else None
+            found[2].extend(f"{name}={value}" for name, value in attrs if name.startswith("on"))
+
+        def handle_data(self, data):
+            if self.inside:
+                found[0 if self.inside == "style" else 1].append(data.strip())
+
+    Parser().feed(page)
+    return found
 
 
 def test_the_view_child_holds_the_stage_memory_and_file_size_and_the_views_cpu_time():

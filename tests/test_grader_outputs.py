@@ -569,3 +569,46 @@ def test_an_instructor_s_comment_and_an_item_number_are_shown_as_text():
     assert "&lt;b&gt;x&lt;/b&gt; and &lt;img src=x onerror=alert(1)&gt;\n**not bold**" in page
     assert "<b>x</b>" not in page and "<strong>not bold</strong>" not in page
     assert "&lt;i&gt;4.6&lt;/i&gt;" in page and "<i>4.6</i>" not in page
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cleaned again: what the renderers outside the stage do to a notebook that crossed
+# ---------------------------------------------------------------------------------------------------------
+
+# HTML that a stage which was not itself could send in a notebook of the crossing's shape: the crossing checks
+# types and fields, not what HTML says, so these reach the renderers outside the stage.
+HOSTILE_HTML = ('<style>body{display:none}</style><script>var submission_id = "other";</script>'
+                '<b onclick="alert(1)">ok</b><a href="javascript:alert(2)">link</a>')
+
+
+def _crossed_hostile_notebook() -> nbformat.NotebookNode:
+    return _notebook(
+        _markdown("<div>" + HOSTILE_HTML + "&#10;<i>second line</i></div>"),
+        _markdown("# not in the stage's form\n" + HOSTILE_HTML, id="m2"),
+        {"cell_type": "raw", "id": "r1", "source": HOSTILE_HTML, "metadata": {}},
+        _code(_display({"text/html": HOSTILE_HTML, "text/plain": "x"})),
+    )
+
+
+def test_a_crossed_notebook_is_cleaned_again_wherever_a_page_shows_html():
+    notebook = outputs.cleaned_again(_crossed_hostile_notebook())
+    nbformat.validate(notebook)
+    block, text, raw, code = notebook.cells
+    assert block.source == '<div>body{display:none}var submission_id = "other";<b>ok</b><a>link</a>&#10;<i>second line</i></div>'
+    assert text.source.startswith("<div># not in the stage&#x27;s form&#10;&lt;style&gt;")  # shown as text
+    assert "<" not in text.source[5:-6]
+    for html in (raw.source, code.outputs[0]["data"]["text/html"]):
+        assert html == 'body{display:none}var submission_id = "other";<b>ok</b><a>link</a>'
+    assert code.outputs[0]["data"]["text/plain"] == "x"
+
+
+@pytest.mark.parametrize("markdown", [
+    "# Title\n\nSome *text*, $x^2$ and <b>bold</b>.\n\n| a | b |\n|---|---|\n| 1 | 2 |",
+    "1. one\n2. two\n\n```python\nprint('<b>')\n```\n\n> quoted & <i>kept</i>",
+    "$$\\sum_{i=1}^n i = \\frac{n(n+1)}{2}$$\n\nA [link](https://example.org) and an ![image](x.png).",
+])
+def test_the_stages_own_notebook_is_left_as_it_is(markdown):
+    """Cleaning again changes nothing the stage's rebuild wrote: the pages of honest notebooks stay the same."""
+    rebuilt = sanitize_notebook(_notebook(_markdown(markdown), _code(_display({"text/html": "<table><tr><td>1</td></tr></table>"}))))
+    again = outputs.cleaned_again(nbformat.reads(nbformat.writes(rebuilt), as_version=4))  # as a renderer reads it
+    assert again == rebuilt

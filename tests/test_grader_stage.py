@@ -158,6 +158,18 @@ def test_an_autograded_cell_names_its_item_as_a_short_text_only():
             check_autograded(_item_cell(item))
 
 
+def _nbgrader_cell(nbgrader: object) -> str:
+    return nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", metadata={"nbgrader": nbgrader})]))
+
+
+def test_an_autograded_cell_holds_nbgrader_fields_of_their_types_only():
+    check_autograded(_nbgrader_cell({"grade": True, "grade_id": "t", "points": 1.5, "schema_version": 3}))
+    for nbgrader in ({"grade": 1}, {"points": True}, {"points": "1"}, {"grade_id": {"a": 1}},
+                     {"grade_id": "t" * 301}, {"points": float("inf")}, {"onload": "x"}, ["grade"]):
+        with pytest.raises(AnswerError, match="nbgrader metadata"):
+            check_autograded(_nbgrader_cell(nbgrader))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The stage's process: wall clock, answer size
 # ---------------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.course import load_config, run_app
+from autograder.feedback.outputs import cleaned_again_file
 from autograder.feedback.pages import add_notes, file_text
 from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
 from autograder.feedback.template import exporter_config
@@ -43,6 +44,7 @@ def feedback_page(autograded: Path, student: str, assignment: str, db_url: str, 
         target = root / "autograded" / student / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         shutil.copyfile(autograded, target)
+        cleaned_again_file(target)
         config = load_config(root)
         config.CourseDirectory.db_url = db_url
         for key, value in exporter_config().items():

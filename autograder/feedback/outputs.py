@@ -50,6 +50,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
+from autograder.sandbox.crossing import NBGRADER_METADATA
 from autograder.student.progress import item_labels
 from autograder.student.sanitize import MAX_CELLS
 from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
@@ -72,10 +73,6 @@ IMAGE_SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _BASE64_LAYOUT = re.compile(r"[\n\r ]")
 _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-NBGRADER_METADATA = {
-    "grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str, "cell_type": str,
-    "checksum": str, "points": (int, float), "score": (int, float), "schema_version": int,
-}  # fmt: skip
 KERNELSPEC_FIELDS = ("name", "display_name", "language")
 LANGUAGE_INFO_FIELDS = ("name", "version", "mimetype", "file_extension")
 # The lexer both renderers highlight code with: pygments' Python lexer, whose time grows with its input alone
@@ -435,6 +432,41 @@ def _keep_cell_ids(cells: list, rebuilt: list[NotebookNode]) -> None:
         if isinstance(wanted, str) and _CELL_ID.fullmatch(wanted) and wanted not in taken:
             new.id = wanted
         taken.add(new.id)
+
+
+_HTML_BLOCK = re.compile(r"<div>([^\r\n]*)</div>")  # what html_block writes: one line
+
+
+def cleaned_again(notebook: NotebookNode) -> NotebookNode:
+    """``notebook``, an autograded notebook that crossed (:func:`autograder.sandbox.crossing.check_autograded`,
+    which checks its shape, not what its HTML says), with the HTML a page shows cleaned once more, in place:
+    each markdown cell's (the stage writes one :func:`~autograder.feedback.escape.html_block`; any other source
+    is shown as text), each raw cell's and each ``text/html`` output's, within one :class:`Budget` (past it, a
+    notice). The renderers outside the stage call it under their limits, so that what the stage's cleaning let
+    through, or a stage that was not itself, reaches no page but as cleaned HTML."""
+    budget = Budget()
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            block = _HTML_BLOCK.fullmatch(cell.source)
+            inner = block.group(1).replace("&#10;", "\n") if block else html_text(cell.source)  # html_block undone
+            cleaned = budgeted_html(inner, budget)
+            cell.source = html_block(cleaned if cleaned is not None else html_text(notice("a markdown cell past "
+                                                                                          "the page's HTML budget")))
+            cell.pop("attachments", None)
+        elif cell.cell_type == "raw":
+            cell.source = budgeted_html(cell.source, budget) or ""
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if isinstance(data.get("text/html"), str):
+                cleaned = budgeted_html(data["text/html"], budget)
+                data["text/html"] = cleaned if cleaned is not None else html_text(notice("HTML past the page's budget"))
+    return notebook
+
+
+def cleaned_again_file(path: Path) -> None:
+    """Rewrite the notebook in ``path`` as :func:`cleaned_again` leaves it."""
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.write(cleaned_again(notebook), path)
 
 
 def sanitize_notebook_file(path: Path) -> None:

@@ -10,7 +10,9 @@ page (:mod:`autograder.feedback.limited`):
   the stage's response cap (:func:`autograder.sandbox.stage.run_stage`).
 
 The child reads one JSON request on standard input (the notebook's path, the page's resources, the exporter's
-settings, the limits) and writes the page on standard output.
+settings, the limits) and writes the page on standard output. Before rendering, it cleans the notebook's HTML
+once more (:func:`autograder.feedback.outputs.cleaned_again`: the crossing checked the notebook's shape, not
+its HTML).
 """
 
 from __future__ import annotations
@@ -86,10 +88,16 @@ def main() -> int:
     """The child: one request in, its limits set, one page out."""
     request = json.loads(sys.stdin.buffer.read(MAX_REQUEST_BYTES))
     view_limits(Limits(**request["limits"]))
+    import nbformat
     from nbconvert.exporters import HTMLExporter
 
+    from autograder.feedback.outputs import cleaned_again
+
+    notebook_path = Path(request["notebook"])
+    notebook = cleaned_again(nbformat.read(notebook_path, as_version=4))
+    resources = {**request["resources"], "metadata": {"name": notebook_path.stem, "path": str(notebook_path.parent)}}
     exporter = HTMLExporter(**request["exporter"])
-    page, _ = exporter.from_filename(request["notebook"], resources=request["resources"])
+    page, _ = exporter.from_notebook_node(notebook, resources=resources)
     sys.stdout.buffer.write(page.encode("utf-8"))
     return 0
 

@@ -50,6 +50,13 @@ IMAGE_METADATA = frozenset({"width", "height"})
 # of a graded cell's item ({"autograder": {"item": "4.2"}}, a short string).
 CELL_METADATA = frozenset({"nbgrader", "autograder"})
 MAX_ITEM_LABEL = 40
+# nbgrader's fields that the stage's rebuild keeps (autograder.feedback.outputs.rebuilt_cell_metadata), of these
+# types; it caps their texts at 200 characters and a line that says how many more were cut.
+NBGRADER_METADATA = {
+    "grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str, "cell_type": str,
+    "checksum": str, "points": (int, float), "score": (int, float), "schema_version": int,
+}  # fmt: skip
+MAX_NBGRADER_TEXT = 300
 
 
 class AnswerError(ValueError):
@@ -144,7 +151,9 @@ def read_answer(data: bytes, layout: tuple[LayoutItem, ...]) -> Answer:
 def check_autograded(text: str) -> None:
     """Raise :class:`AnswerError` unless ``text`` is a valid nbformat 4 notebook whose code outputs hold only
     :data:`OUTPUT_TYPES` as text, image metadata only as positive integer width and height, and no cell or
-    output metadata beyond nbgrader's and a graded cell's item number."""
+    output metadata beyond nbgrader's fields of their types and a graded cell's item number. What its HTML says
+    is not checked here: the renderers outside the stage clean it again
+    (:func:`autograder.feedback.outputs.cleaned_again`)."""
     import nbformat
 
     try:
@@ -156,10 +165,28 @@ def check_autograded(text: str) -> None:
         metadata = cell.get("metadata", {})
         if not set(metadata) <= CELL_METADATA:
             raise AnswerError(f"a cell of the autograded notebook has metadata outside the allowlist: {sorted(metadata)[:10]}")
+        if "nbgrader" in metadata and not _is_nbgrader_metadata(metadata["nbgrader"]):
+            raise AnswerError("a cell of the autograded notebook has nbgrader metadata outside the allowlist")
         if "autograder" in metadata and not _is_item_label(metadata["autograder"]):
             raise AnswerError("a cell of the autograded notebook names its item otherwise than as a short text")
         for output in cell.get("outputs", []):
             _check_output(output)
+
+
+def _is_nbgrader_metadata(value: object) -> bool:
+    """Whether ``value`` holds only nbgrader's fields that the stage's rebuild keeps, each of its type
+    (:data:`NBGRADER_METADATA`), a text at most :data:`MAX_NBGRADER_TEXT` characters."""
+    if not isinstance(value, dict) or not set(value) <= set(NBGRADER_METADATA):
+        return False
+    for key, field_value in value.items():
+        kind = NBGRADER_METADATA[key]
+        if isinstance(field_value, bool) != (kind is bool) or not isinstance(field_value, kind):
+            return False
+        if isinstance(field_value, float) and not math.isfinite(field_value):
+            return False
+        if isinstance(field_value, str) and len(field_value) > MAX_NBGRADER_TEXT:
+            return False
+    return True
 
 
 def _is_item_label(value: object) -> bool:
