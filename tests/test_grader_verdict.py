@@ -9,6 +9,9 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -17,7 +20,7 @@ import nbformat
 import pytest
 import sympy
 
-from autograder import ASSIGNMENTS, source_notebook
+from autograder import ASSIGNMENTS, REPOSITORY, source_notebook
 from autograder.verdicts import verdict
 from autograder.verdicts.verdict import decide, hidden_section, parse_reports, split_hidden_tests
 
@@ -355,3 +358,37 @@ def test_withheld_feedback_still_says_what_form_is_asked_for():
     passed, message = decide(*_reports(QUIZ, quiz="E"), None, withhold=True)
     assert not passed and "answer with one of" in message
     assert decide(split, {}, "NameError: halve", withhold=True) == (False, "NameError: halve")
+
+
+def test_the_fork_server_imports_sympy_only_for_notebooks_whose_checks_need_it():
+    """sympy costs every stage 0.3 s of CPU in its fork server; only notebooks whose checks name a function
+    that builds sympy values preload it (the course's: those whose source names ``check_expressions``)."""
+    for assignment in ASSIGNMENTS:
+        source = source_notebook(assignment).read_text(encoding="utf-8")
+        splits = [split_hidden_tests(hidden) for cell in nbformat.read(source_notebook(assignment), as_version=4).cells
+                  if (hidden := hidden_section(cell.source)) is not None]
+        assert verdict.uses_sympy(splits) == ("check_expressions" in source), assignment
+    assert "sympy" in verdict._preloaded(True) and not any("sympy" in name for name in verdict._preloaded(False))
+
+
+def test_a_check_that_needs_sympy_is_decided_alike_when_the_fork_server_did_not_preload_it():
+    """The preload changes a check's time only: in a fresh process whose fork server left sympy out, the
+    expression check still passes the right answer and fails a wrong one."""
+    program = textwrap.dedent(f'''
+        import json, sys
+        from autograder.verdicts.verdict import decide, parse_reports, split_hidden_tests
+        split = split_hidden_tests({EXPRESSIONS!r})
+        def verdict(pe):
+            lines = [f"{MARKER} " + json.dumps({{"step": 0, "values": {{"pe": pe}}}}),
+                     f"{MARKER} " + json.dumps({{"step": 1, "values": {{}}}})]
+            reports, problem = parse_reports("\\n".join(lines), {MARKER!r}, split)
+            return decide(split, reports, problem, preload_sympy=False)
+        if __name__ == "__main__":
+            right, wrong = verdict(["sin(2)", "sin(2/10000**(1/3))"]), verdict(["sin(2)", "cos(2)"])
+            print(json.dumps([right, wrong, "sympy" in sys.modules]))
+    ''')
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=REPOSITORY)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    right, wrong, parent_imported_sympy = json.loads(completed.stdout)
+    assert right == [True, ""] and wrong[0] is False and "PE(2)" in wrong[1]
+    assert parent_imported_sympy is False  # the check's child imported sympy itself

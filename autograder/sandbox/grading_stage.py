@@ -36,7 +36,7 @@ from autograder.course import NbgraderError, load_config, run_app
 from autograder.sandbox import accounts, phases
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Task
-from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text
+from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text, uses_sympy
 
 MAX_MESSAGE = 600
 MAX_DESCRIBED = 160  # a longer description of the parameters is not repeated in front of each message
@@ -296,14 +296,16 @@ def _decide_outside_kernel(course_root: Path, task: Task) -> dict[str, str]:
     kernel_errors = _failure_messages(autograded)
     messages = {}
     points = {item.grade_id: item.points for item in task.layout}
+    students = {grade_id: task.student_splits.get(grade_id) or _for_this_student(task, grade_id, split)
+                for grade_id, split in task.splits.items()}  # fmt: skip
+    preload_sympy = uses_sympy(split for split, _ in students.values())
     with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gradebook:
         for grade_id, split in task.splits.items():
             cell = cells.get(grade_id)
             reports, problem = parse_reports(reported_text(cell) if cell else "", task.marker, split)
-            split, parameters = task.student_splits.get(grade_id) or _for_this_student(task, grade_id, split)
-            passed, message = decide(
-                split, reports, problem or kernel_errors.get(grade_id), withhold=task.withhold_answers
-            )
+            split, parameters = students[grade_id]
+            passed, message = decide(split, reports, problem or kernel_errors.get(grade_id),
+                                     withhold=task.withhold_answers, preload_sympy=preload_sympy)
             if parameters and not passed:
                 message = f"with your parameters ({parameters}): {message}"
             grade = gradebook.find_grade(grade_id, task.assignment, task.assignment, task.student)

@@ -46,6 +46,7 @@ import resource
 import secrets
 import signal
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,21 +79,31 @@ CHECK_MEMORY_MB = 1024  # address space of the process that runs it; with sympy 
 MAX_MESSAGE = 10_000  # characters of a verdict's message that cross back from the child
 # Imported once, by the fork server, so that no child imports them. ``__main__`` is the main script, if any:
 # a script run directly must keep its work under ``if __name__ == "__main__":``, as for any forkserver or
-# spawn child. The last four are what sympy's simplify imports on its first call (~70 ms in every child).
-_PRELOADED = [
-    *("__main__", "autograder.verdicts.verdict", "sympy"),
-    *("sympy.combinatorics", "sympy.physics.units", "sympy.sets.setexpr", "sympy.tensor.tensor"),
-]
+# spawn child.
+_PRELOADED = ["__main__", "autograder.verdicts.verdict"]
+# sympy, and what its simplify imports on its first call (~70 ms in every child): 0.3 s of CPU, which the fork
+# server spends only for checks that name a function of :mod:`autograder.student.answers` that builds sympy
+# values (:data:`SYMPY_CHECKS`). A child that needs sympy all the same (a student reported an exact number)
+# imports it itself.
+_PRELOADED_SYMPY = ["sympy", "sympy.combinatorics", "sympy.physics.units", "sympy.sets.setexpr", "sympy.tensor.tensor"]
+SYMPY_CHECKS = frozenset({"check_expressions", "parse_expression", "same_value", "rounded_from"})
 
 
-def _preloaded() -> list[str]:
-    """:data:`_PRELOADED`, and the main module when it was run by name (``python -m autograder.bench``, ``dask
-    worker``): multiprocessing runs such a main module again in every child, which costs only its own lines
-    once the fork server has imported it and what it imports (and seconds per child otherwise)."""
+def uses_sympy(splits: Iterable[Split]) -> bool:
+    """Whether a check of ``splits`` names one of :data:`SYMPY_CHECKS`."""
+    return any(name in step.source for split in splits for step in split.steps for name in SYMPY_CHECKS)
+
+
+def _preloaded(sympy: bool = True) -> list[str]:
+    """:data:`_PRELOADED` (with :data:`_PRELOADED_SYMPY` if ``sympy``), and the main module when it was run by
+    name (``python -m autograder.bench``, ``dask worker``): multiprocessing runs such a main module again in every
+    child, which costs only its own lines once the fork server has imported it and what it imports (and seconds
+    per child otherwise)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
     runnable = name and name != "__main__" and not name.endswith(".__main__")
-    return [*_PRELOADED, name] if runnable else list(_PRELOADED)
+    preloaded = _PRELOADED + (_PRELOADED_SYMPY if sympy else [])
+    return [*preloaded, name] if runnable else preloaded
 
 
 def new_marker() -> str:
@@ -536,7 +547,8 @@ def _stopped_message(exitcode: int | None, seconds: float) -> str:
 
 
 def decide(
-    split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None, *, withhold: bool = False
+    split: Split, reports: dict[int, dict[str, Any]], kernel_error: str | None, *, withhold: bool = False,
+    preload_sympy: bool = True,
 ) -> tuple[bool, str]:
     """Run the grader part on the reported values: (passed, message). Never raises.
 
@@ -549,18 +561,22 @@ def decide(
     With ``withhold``, a wrong answer's message is :data:`WITHHELD` instead of the check's own (which may name
     the mistake, the right value or the right letter); a malformed answer keeps its message
     (:class:`autograder.student.answers.FormError`), and so does an answer the student's code failed to produce.
+
+    ``preload_sympy``: whether the fork server, if this call starts it, imports sympy (:func:`uses_sympy` of the
+    checks the process will decide tells); it changes the time a check takes, never its verdict.
     """
     try:
-        return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB, withhold)
+        return _decide_in_child_process(split, reports, kernel_error, CHECK_SECONDS, CHECK_MEMORY_MB, withhold,
+                                        preload_sympy)
     except Exception as error:  # noqa: BLE001 (never raises: a grader that cannot check fails the answer)
         return False, f"the grader could not run its check ({type(error).__name__}: {error})"[:600]
 
 
 def _decide_in_child_process(
-    split, reports, kernel_error, seconds: float, memory_mb: int, withhold: bool = False
+    split, reports, kernel_error, seconds: float, memory_mb: int, withhold: bool = False, preload_sympy: bool = True
 ) -> tuple[bool, str]:
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_preloaded())  # read when the fork server starts, so before the first child
+    context.set_forkserver_preload(_preloaded(preload_sympy))  # read when the fork server starts: the first child
     reader, writer = context.Pipe(duplex=False)
     child = context.Process(
         target=_decide_in_child,
