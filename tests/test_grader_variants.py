@@ -627,6 +627,9 @@ def test_the_declared_id_is_read_from_the_student_id_line_without_running_it():
     assert declared_student_id(notebook('STUDENT_ID = ""')) is None
     assert declared_student_id(notebook('STUDENT_ID = input("who?")')) is None  # not run, not read
     assert declared_student_id(notebook("STUDENT_ID = (", "y = 2")) is None
+    # Round 16: code nested deeper than Python's parser goes raised RecursionError, a grader's failure.
+    assert declared_student_id(notebook('STUDENT_ID = "ana"\nx = ' + "1+" * 200_000 + "1")) is None
+    assert declared_student_id(notebook('STUDENT_ID = "ana"\nx = ' + "-" * 200_000 + "1")) is None
 
 
 def test_your_parameters_prints_the_parameters_of_the_declared_id(monkeypatch, capsys):

@@ -446,7 +446,7 @@ def declared_student_id(notebook: Any) -> str | None:
             continue
         try:
             tree = ast.parse(source)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError):  # code nested deeper than the parser goes: not read
             continue
         for statement in tree.body:
             if (

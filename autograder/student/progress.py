@@ -194,7 +194,7 @@ def _visible_test_item(source: str) -> str | None:
     """The first argument of the first ``visible_test("2.2", ...)`` call in a code cell, if it is a string."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
         if (
