@@ -78,6 +78,23 @@ def test_a_copy_of_a_template_script_further_down_the_page_gets_no_hash(inline_s
     assert _hash('\nvar assignment_id = "05_rope";\n') in inline_scripts.hashes(copy.encode())  # alone, it would match
 
 
+def test_no_template_script_is_allowed_inside_the_notebook_of_the_grading_view(inline_scripts, tmp_path):
+    """Round 16: a script of another template than the page's (``base.tpl``'s ``var base_url = ...;``) brought
+    by the notebook was a first match, and ran. Nothing from the page's first ``<main`` on, where nbconvert
+    puts the notebook, gets a hash; the page's own scripts, all above it, keep theirs."""
+    from nbconvert.exporters import HTMLExporter
+    from test_grader_formgrader_views import FORMGRADE, RESOURCES, _notebook
+
+    honest, _ = HTMLExporter(**FORMGRADE).from_filename(str(_notebook(tmp_path / "04_relative.ipynb")),
+                                                        resources=dict(RESOURCES))
+    copy = '<script>\n  var base_url = "/nowhere";\n  </script>'
+    assert _hash('\n  var base_url = "/nowhere";\n  ') in inline_scripts.hashes(copy.encode())  # alone, it matches
+    planted = honest.replace('<div class="cell', f'{copy}<div class="cell', 1)
+    assert copy in planted and planted.index("<main") < planted.index(copy)
+    assert inline_scripts.hashes(planted.encode()) == inline_scripts.hashes(honest.encode())
+    assert len(inline_scripts.hashes(honest.encode())) > len(inline_scripts.hashes(b""))  # the page's own scripts
+
+
 def test_the_grading_pages_name_toggles_are_allowed_by_hash(inline_scripts):
     handlers = inline_scripts.hashes(b"")
     assert {_hash("toggle_name(true);"), _hash("toggle_name(false);"), _hash("toggleAllNames()")} <= set(handlers)

@@ -590,6 +590,20 @@ def _crossed_hostile_notebook() -> nbformat.NotebookNode:
     )
 
 
+def test_a_crossed_notebook_s_metadata_is_rebuilt_again_and_a_grade_id_is_a_plain_id_only():
+    """Round 16: nbgrader's formgrade template writes ``grade_id`` into the page unescaped; the renderers rebuild
+    the metadata as the stage does, and a text that is not a plain id is dropped."""
+    hostile = {"nbgrader": {"grade": True, "grade_id": 'q1"><style>x</style>', "points": 2, "checksum": "ab12"},
+               "autograder": {"item": "4.2"}, "tags": ["x"]}
+    notebook = _notebook(_code(metadata=hostile), _code(metadata={"nbgrader": {"grade": True, "grade_id": "t_1-a"}}))
+    notebook.metadata = {"widgets": {"state": {}}, "title": "<b>", "kernelspec": {"name": "python3"}}
+    cleaned = outputs.cleaned_again(notebook)
+    assert cleaned.cells[0].metadata == {"nbgrader": {"grade": True, "points": 2, "checksum": "ab12"},
+                                         "autograder": {"item": "4.2"}}
+    assert cleaned.cells[1].metadata == {"nbgrader": {"grade": True, "grade_id": "t_1-a"}}
+    assert set(cleaned.metadata) == {"kernelspec", "language_info"}
+
+
 def test_a_crossed_notebook_is_cleaned_again_wherever_a_page_shows_html():
     notebook = outputs.cleaned_again(_crossed_hostile_notebook())
     nbformat.validate(notebook)
@@ -609,6 +623,9 @@ def test_a_crossed_notebook_is_cleaned_again_wherever_a_page_shows_html():
 ])
 def test_the_stages_own_notebook_is_left_as_it_is(markdown):
     """Cleaning again changes nothing the stage's rebuild wrote: the pages of honest notebooks stay the same."""
-    rebuilt = sanitize_notebook(_notebook(_markdown(markdown), _code(_display({"text/html": "<table><tr><td>1</td></tr></table>"}))))
+    graded = {"nbgrader": {"grade": True, "solution": False, "locked": True, "grade_id": "rope_test", "points": 2,
+                           "checksum": "0f3a", "schema_version": 3, "cell_type": "code"}}
+    rebuilt = sanitize_notebook(_notebook(_markdown(markdown), _code(_display({"text/html": "<table><tr><td>1</td></tr></table>"}),
+                                                                     metadata=graded)))
     again = outputs.cleaned_again(nbformat.reads(nbformat.writes(rebuilt), as_version=4))  # as a renderer reads it
     assert again == rebuilt

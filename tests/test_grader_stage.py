@@ -165,7 +165,8 @@ def _nbgrader_cell(nbgrader: object) -> str:
 def test_an_autograded_cell_holds_nbgrader_fields_of_their_types_only():
     check_autograded(_nbgrader_cell({"grade": True, "grade_id": "t", "points": 1.5, "schema_version": 3}))
     for nbgrader in ({"grade": 1}, {"points": True}, {"points": "1"}, {"grade_id": {"a": 1}},
-                     {"grade_id": "t" * 301}, {"points": float("inf")}, {"onload": "x"}, ["grade"]):
+                     {"grade_id": "t" * 101}, {"points": float("inf")}, {"onload": "x"}, ["grade"],
+                     {"grade_id": 'q1"><style>.score{display:none}</style>'}, {"cell_type": "code\n"}):
         with pytest.raises(AnswerError, match="nbgrader metadata"):
             check_autograded(_nbgrader_cell(nbgrader))
 

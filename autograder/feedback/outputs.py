@@ -50,7 +50,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder.feedback.escape import clean_html, html_block, html_text, render_markdown
 from autograder.feedback.mathml import latex_output_mathml
-from autograder.sandbox.crossing import NBGRADER_METADATA
+from autograder.sandbox.crossing import NBGRADER_METADATA, NBGRADER_TEXT
 from autograder.student.progress import item_labels
 from autograder.student.sanitize import MAX_CELLS
 from autograder.verdicts.verdict import HIDDEN_BEGIN, HIDDEN_END, REPORT_MIME
@@ -296,7 +296,9 @@ def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
 
 
 def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
-    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here), and
+    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here; a text only
+    as a plain id, :data:`autograder.sandbox.crossing.NBGRADER_TEXT`: nbgrader's formgrade template writes
+    ``grade_id`` into the page unescaped), and
     ``{"autograder": {"item": item}}`` for a graded cell (``item`` cut to :data:`MAX_ITEM_LABEL` characters,
     or else the item the metadata already names); or ``{}``."""
     nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
@@ -306,7 +308,8 @@ def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
     for key, types in NBGRADER_METADATA.items():
         value = nbgrader.get(key)
         if isinstance(value, types) and (types is bool or not isinstance(value, bool)):
-            kept[key] = capped_text(value, 200) if isinstance(value, str) else value
+            if not isinstance(value, str) or NBGRADER_TEXT.fullmatch(value):
+                kept[key] = value
     rebuilt = {"nbgrader": kept}
     own = metadata.get("autograder")
     item = item if item is not None else own.get("item") if isinstance(own, dict) else None
@@ -442,10 +445,14 @@ def cleaned_again(notebook: NotebookNode) -> NotebookNode:
     which checks its shape, not what its HTML says), with the HTML a page shows cleaned once more, in place:
     each markdown cell's (the stage writes one :func:`~autograder.feedback.escape.html_block`; any other source
     is shown as text), each raw cell's and each ``text/html`` output's, within one :class:`Budget` (past it, a
-    notice). The renderers outside the stage call it under their limits, so that what the stage's cleaning let
+    notice); and the notebook's and each cell's metadata rebuilt as the stage rebuilds them
+    (:func:`rebuilt_notebook_metadata`, :func:`rebuilt_cell_metadata`: a ``grade_id`` that is not a plain id
+    is dropped). The renderers outside the stage call it under their limits, so that what the stage's cleaning let
     through, or a stage that was not itself, reaches no page but as cleaned HTML."""
     budget = Budget()
+    notebook.metadata = rebuilt_notebook_metadata(notebook.get("metadata"))
     for cell in notebook.cells:
+        cell.metadata = rebuilt_cell_metadata(cell.get("metadata"))
         if cell.cell_type == "markdown":
             block = _HTML_BLOCK.fullmatch(cell.source)
             inner = block.group(1).replace("&#10;", "\n") if block else html_text(cell.source)  # html_block undone

@@ -8,7 +8,8 @@ JupyterLab's page, Jupyter server's pages), each allowed by its SHA-256 hash for
 event handler (``onclick="toggle_name(true);"``) runs only where it is one written in those templates, by its
 hash too (``'unsafe-hashes'`` lets hashes, and only hashes, name handlers). ``'unsafe-inline'`` is never
 allowed: whatever a notebook smuggles into a page does not run, not even a copy of a template's script with
-other plain values (each template script is allowed once, in its first place: :meth:`InlineScripts.hashes`).
+other plain values (each template script is allowed once, in its first place, and never inside the notebook
+nbconvert shows: :meth:`InlineScripts.hashes`).
 ``'unsafe-eval'`` is allowed on JupyterLab's own page (``/lab`` and below) only, which cannot start without it: its settings registry compiles JSON schemas
 into functions (ajv), and under a policy without eval Chromium refuses that ("EvalError: Evaluating a string as
 JavaScript violates the following Content Security Policy directive") and most of its plugins fail to
@@ -148,11 +149,12 @@ class InlineScripts:
         """The hash of every inline script of ``page`` that one of the templates wrote, and the handlers'.
 
         A template writes each of its scripts once in a page, before the content it shows: so each template
-        script is allowed in its first match only. A copy further down (a notebook shown on the page that
-        brings ``var submission_id = "another";``, with plain values, to overwrite the page's own) gets no
-        hash."""
+        script is allowed in its first match only, and none from the page's first ``<main`` on, where
+        nbconvert puts the notebook of the formgrader's view (no template of the server writes ``<main``). A
+        copy in the notebook (``var submission_id = "another";`` with plain values, to overwrite the page's
+        own, or ``var base_url = ...;`` of another template than the page's) gets no hash."""
         found, used = [], set()
-        for match in _SCRIPT.finditer(page):
+        for match in _SCRIPT.finditer(page.split(b"<main", 1)[0]):
             if not _is_inline_javascript(match["attributes"]):
                 continue
             template = next((pattern.pattern for pattern in self.patterns if pattern.fullmatch(match["text"])), None)

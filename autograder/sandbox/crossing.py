@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from autograder.sandbox.phases import checked_stage_marks
@@ -51,12 +52,12 @@ IMAGE_METADATA = frozenset({"width", "height"})
 CELL_METADATA = frozenset({"nbgrader", "autograder"})
 MAX_ITEM_LABEL = 40
 # nbgrader's fields that the stage's rebuild keeps (autograder.feedback.outputs.rebuilt_cell_metadata), of these
-# types; it caps their texts at 200 characters and a line that says how many more were cut.
+# types, a text only as a plain id (NBGRADER_TEXT): nbgrader's formgrade template writes grade_id unescaped.
 NBGRADER_METADATA = {
     "grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str, "cell_type": str,
     "checksum": str, "points": (int, float), "score": (int, float), "schema_version": int,
 }  # fmt: skip
-MAX_NBGRADER_TEXT = 300
+NBGRADER_TEXT = re.compile(r"[A-Za-z0-9_.-]{1,100}")  # grade ids, a checksum's hex digits, a cell type
 
 
 class AnswerError(ValueError):
@@ -175,7 +176,7 @@ def check_autograded(text: str) -> None:
 
 def _is_nbgrader_metadata(value: object) -> bool:
     """Whether ``value`` holds only nbgrader's fields that the stage's rebuild keeps, each of its type
-    (:data:`NBGRADER_METADATA`), a text at most :data:`MAX_NBGRADER_TEXT` characters."""
+    (:data:`NBGRADER_METADATA`), a text a plain id (:data:`NBGRADER_TEXT`)."""
     if not isinstance(value, dict) or not set(value) <= set(NBGRADER_METADATA):
         return False
     for key, field_value in value.items():
@@ -184,7 +185,7 @@ def _is_nbgrader_metadata(value: object) -> bool:
             return False
         if isinstance(field_value, float) and not math.isfinite(field_value):
             return False
-        if isinstance(field_value, str) and len(field_value) > MAX_NBGRADER_TEXT:
+        if isinstance(field_value, str) and not NBGRADER_TEXT.fullmatch(field_value):
             return False
     return True
 
