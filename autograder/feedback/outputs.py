@@ -307,9 +307,9 @@ def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
     kept = {}
     for key, types in NBGRADER_METADATA.items():
         value = nbgrader.get(key)
-        if isinstance(value, types) and (types is bool or not isinstance(value, bool)):
-            if not isinstance(value, str) or NBGRADER_TEXT.fullmatch(value):
-                kept[key] = value
+        of_its_type = isinstance(value, types) and (types is bool or not isinstance(value, bool))
+        if of_its_type and (not isinstance(value, str) or NBGRADER_TEXT.fullmatch(value)):
+            kept[key] = value
     rebuilt = {"nbgrader": kept}
     own = metadata.get("autograder")
     item = item if item is not None else own.get("item") if isinstance(own, dict) else None
