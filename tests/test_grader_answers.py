@@ -320,6 +320,18 @@ def test_check_expressions_says_when_an_entry_is_only_numerically_close():
         check_expressions(["0.909297", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
 
 
+def test_a_decimal_of_fifty_digits_is_not_the_exact_expression():
+    """Round 16: a decimal whose digits agree with the value past 1e-45 (mpmath, in the kernel, computes one) passed
+    as the exact expression; an answer with a decimal longer than any exact one needs is equal only exactly."""
+    sin2 = "0.90929742682568169539601986591174484270225497144789"  # sin(2) to 50 digits (mpmath.mp.dps = 60)
+    assert same_value(parse_expression(sin2), parse_expression("sin(2)"))  # the numeric floor alone takes it
+    with pytest.raises(AnswerError, match="entry 0 .* write the exact expression, not a rounded number"):
+        check_expressions([sin2, "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
+    with pytest.raises(AnswerError, match="entry 0 .* write the exact expression"):
+        check_expressions([f"1*{sin2}", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")  # not a plain decimal either
+    check_expressions(["sin(0.5)", "0.0009765625"], ["sin(1/2)", "1/1024"], name="pe")  # short exact decimals pass
+
+
 @pytest.mark.parametrize(
     "answer, expected, evaluates_to",
     [
