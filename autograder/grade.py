@@ -212,11 +212,16 @@ class Delivery:
         # no notebook (the submission could not be graded): no answer now, so no hand grade carries over
         answers = answer_digests(notebook, graded_cells) if notebook is not None and notebook.is_file() else {}
         try:
-            removed = record(self.gradebook, result, timestamp, answers=answers, course=self.course)
-            if removed:
+            changes = record(self.gradebook, result, timestamp, answers=answers, course=self.course)
+            if changes.removed:
                 self.warnings.append(
-                    f"{result.student}/{result.assignment}: the answer of {', '.join(removed)} changed since its "
-                    "hand grade, which was given to the earlier answer and is removed: it waits for a new one")
+                    f"{result.student}/{result.assignment}: the answer of {', '.join(changes.removed)} changed since "
+                    "its hand grade, which was given to the earlier answer and is removed: it waits for a new one")
+            if changes.kept_across_update:
+                self.warnings.append(
+                    f"{result.student}/{result.assignment}: the hand grade of {', '.join(changes.kept_across_update)} "
+                    "is kept across an update of the course, but the cell the formgrader shows differs from the one "
+                    "graded (the answer changed, or the new course rebuilds it otherwise): look at it again")
         except Exception as error:  # noqa: BLE001 (the grades still reach grades.csv; report.txt says why)
             self.gradebook.db.rollback()
             self.warnings.append(

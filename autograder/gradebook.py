@@ -24,7 +24,7 @@ import functools
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # nbgrader is imported lazily: it takes a second
     from nbgrader.api import Gradebook
@@ -174,6 +174,24 @@ def recorded_digests(gradebook: Gradebook, student: str, assignment: str, course
     return {grade_id: digest for grade_id, digest in rows}
 
 
+def earlier_digests(gradebook: Gradebook, student: str, assignment: str, course: str) -> dict[str, str]:
+    """The digests of this submission that ``grade`` recorded under a course version other than ``course``."""
+    from sqlalchemy import select
+
+    table = _digest_table()
+    table.create(gradebook.engine, checkfirst=True)
+    rows = gradebook.db.execute(select(table.c.grade_id, table.c.digest).where(
+        table.c.student == student, table.c.assignment == assignment, table.c.course != course))
+    return {grade_id: digest for grade_id, digest in rows}
+
+
+class HandGradeChanges(NamedTuple):
+    """What :func:`record` did to the submission's hand grades, each as ``"grade_id (score)"``."""
+
+    removed: list[str]  # given to an earlier answer: removed
+    kept_across_update: list[str]  # kept, though the cell's digest under an earlier course version differs
+
+
 def _store_digests(gradebook: Gradebook, student: str, assignment: str, course: str, digests: dict[str, str]) -> None:
     from sqlalchemy import delete, insert
 
@@ -186,7 +204,7 @@ def _store_digests(gradebook: Gradebook, student: str, assignment: str, course: 
 
 
 def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | None = None, *,
-           answers: dict[str, str] | None = None, course: str | None = None) -> list[str]:
+           answers: dict[str, str] | None = None, course: str | None = None) -> HandGradeChanges:
     """Write one submission's grades: every item's automatic score, or that it waits for an instructor.
 
     A written answer still to be graded by hand has no automatic score and needs a manual grade, as after
@@ -201,8 +219,13 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
     graded). The submission gets ``timestamp`` (:func:`submitted_timestamp`: None where the submission came
     with none), as ``nbgrader autograde`` gives it, so that the formgrader reads it as autograded.
 
+    Under a new course version no digest of this one was recorded yet; one recorded under an earlier version
+    cannot tell a changed answer from the same answer rebuilt otherwise by the new code. The hand grade is kept
+    then (an update loses none), but where that earlier digest differs it is named in
+    ``kept_across_update``, for the instructor to look at the answer again.
+
     Returns:
-        The grade ids whose hand grade was removed, with the score it was, as ``"grade_id (score)"``.
+        The hand grades removed, and those kept across an update of the course whose cell's digest changed.
     """
     from sqlalchemy.exc import SAWarning
 
@@ -214,7 +237,8 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
         gradebook.update_or_create_submission(result.assignment, result.student, timestamp=timestamp)
     checked = answers is not None and course is not None and not result.grader_failure
     graded = recorded_digests(gradebook, result.student, result.assignment, course) if checked else {}
-    removed = []
+    earlier = earlier_digests(gradebook, result.student, result.assignment, course) if checked else {}
+    removed, kept_across_update = [], []
     for item in result.items:
         grade = gradebook.find_grade(item.grade_id, result.assignment, result.assignment, result.student)
         before = graded.get(item.grade_id)
@@ -222,6 +246,10 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
         if changed and grade.manual_score is not None:  # also an answer now left blank, which scores 0 itself
             removed.append(f"{item.grade_id} ({float(grade.manual_score):g})")
             grade.manual_score = grade.extra_credit = None
+        elif checked and before is None and grade.manual_score is not None:
+            was = earlier.get(item.grade_id)
+            if was is not None and answers.get(item.grade_id) != was:
+                kept_across_update.append(f"{item.grade_id} ({float(grade.manual_score):g})")
         if item.status == MANUAL_STATUS:
             grade.auto_score, grade.needs_manual_grade = None, grade.manual_score is None
         else:
@@ -229,7 +257,7 @@ def record(gradebook: Gradebook, result: Result, timestamp: datetime.datetime | 
     if checked:
         _store_digests(gradebook, result.student, result.assignment, course, answers)
     gradebook.db.commit()
-    return removed
+    return HandGradeChanges(removed, kept_across_update)
 
 
 def submission_times(gradebook: Gradebook, results: Iterable[Result]) -> dict[tuple[str, str], tuple[str, str]]:

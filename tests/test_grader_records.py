@@ -224,22 +224,25 @@ def test_a_hand_grade_is_removed_when_its_answer_changes_or_is_gone_and_kept_oth
 
     gradebook = _gradebook_with_a_written_answer(tmp_path, monkeypatch)
     try:
-        assert record(gradebook, _written(), answers={"written": "A"}, course="v1") == []
+        assert record(gradebook, _written(), answers={"written": "A"}, course="v1").removed == []
         _hand_grade(gradebook, 2.0)
-        assert record(gradebook, _written(), answers={"written": "A"}, course="v1") == []  # the same answer
+        assert record(gradebook, _written(), answers={"written": "A"}, course="v1").removed == []  # the same answer
         failure = _written("the grader's worker failed", grader_failure=True)
-        assert record(gradebook, failure, answers={}, course="v1") == []  # the grader's failure changes nothing
-        assert record(gradebook, _written(), answers={"written": "B"}, course="v1") == ["written (2)"]
+        assert record(gradebook, failure, answers={}, course="v1").removed == []  # the grader's failure changes nothing
+        assert record(gradebook, _written(), answers={"written": "B"}, course="v1").removed == ["written (2)"]
         grade = gradebook.find_grade("written", "04_relative", "04_relative", "s1")
         assert (grade.manual_score, grade.needs_manual_grade) == (None, True)
         _hand_grade(gradebook, 3.0)  # given to answer B
         unreadable = _written("the file is not valid JSON")
-        assert record(gradebook, unreadable, answers={}, course="v1") == ["written (3)"]  # no answer now
-        assert record(gradebook, _written(), answers={"written": "B"}, course="v1") == []  # nothing to remove
+        assert record(gradebook, unreadable, answers={}, course="v1").removed == ["written (3)"]  # no answer now
+        assert record(gradebook, _written(), answers={"written": "B"}, course="v1").removed == []  # nothing to remove
         _hand_grade(gradebook, 1.0)
-        # another version of the course rebuilds the notebook otherwise: its digests are not compared
-        assert record(gradebook, _written(), answers={"written": "B rebuilt"}, course="v2") == []
+        # another version of the course rebuilds the notebook otherwise: the hand grade is kept, and named, for
+        # its digest under the earlier version differs (round 16: it was kept silently, also for a changed answer)
+        assert record(gradebook, _written(), answers={"written": "B rebuilt"}, course="v2") == ([], ["written (1)"])
         assert gradebook.find_grade("written", "04_relative", "04_relative", "s1").manual_score == 1.0
+        assert record(gradebook, _written(), answers={"written": "B rebuilt"}, course="v2") == ([], [])  # recorded
+        assert record(gradebook, _written(), answers={"written": "B rebuilt"}, course="v3") == ([], [])  # same cell
     finally:
         gradebook.close()
 
