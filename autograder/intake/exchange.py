@@ -480,9 +480,24 @@ def collect(
         write_final(out, assignment, Final(deadline, now, {
             student: _digest(copy) if (copy := _collected_notebook(out / student / assignment)) is not None else None
             for student in roster}))
+        if now - deadline > FINAL_GRACE:
+            collected.warnings.append(
+                f"this first collection after the deadline ran {_duration(now - deadline)} after it, and what it took "
+                "is final for on-time work: a notebook changed in that time by a program that kept it mapped in "
+                "memory keeps its change time, and was taken as on time (on a file system held in memory, such as "
+                "tmpfs, however long after); collect with --deadline at the deadline itself (at, cron)")
     return collected
 
 
+def _duration(span: datetime.timedelta) -> str:
+    """``span`` in whole seconds, as ``H:MM:SS`` (with days when there are any)."""
+    return str(datetime.timedelta(seconds=int(span.total_seconds())))
+
+
+# How long after the deadline its first collection may run before collect warns that a notebook changed in that
+# time through a memory mapping (its change time unmoved) was taken as on time: a collection started by `at` or
+# `cron` at the deadline's minute.
+FINAL_GRACE = datetime.timedelta(seconds=60)
 FINAL_FOLDER = ".autograder-final"  # in the destination: one record per assignment, written by the grader only
 
 
