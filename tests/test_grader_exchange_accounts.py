@@ -198,11 +198,11 @@ def test_a_change_after_a_collection_past_the_deadline_is_late_whatever_the_file
                         now=deadline + datetime.timedelta(hours=1))  # the collection at the deadline, an hour late
     assert collected.accepted == {"alice": folder.name} and not collected.refused
     # Round 16: what that hour changed through a mapping was taken as on time; the command says so.
-    assert collected.warnings == [
+    assert collected.warnings == [(
         "this first collection after the deadline ran 1:00:00 after it, and what it took is final for on-time work: "
         "a notebook changed in that time by a program that kept it mapped in memory keeps its change time, and was "
         "taken as on time (on a file system held in memory, such as tmpfs, however long after); collect with "
-        "--deadline at the deadline itself (at, cron)"]
+        "--deadline at the deadline itself (at, cron)")]
     assert notebook.read_bytes() == b'{"before the deadline": 1}'
     # Changed after that collection: refused, the copy kept; with --allow-late, late by at least that hour.
     (folder / f"{ASSIGNMENT}.ipynb").write_bytes(b'{"after the deadline": 1}')
