@@ -248,6 +248,24 @@ def test_add_notes_puts_the_csp_into_nbgrader_pages_with_or_without_notes():
     assert "<li>&lt;script&gt;alert(1)&lt;/script&gt;</li>" in with_notes
 
 
+def test_add_notes_reads_a_page_of_many_unclosed_body_tags_in_time_linear_in_its_size():
+    """Round 17: ``<body(?:\\s[^>]*)?>`` read from every ``<body `` to the page's end: on the crossing's 48 MiB cap,
+    days of the worker's time, past the stage's wall clock. With the attributes bounded, 4 MB of them (hours
+    before) end well within the minute given here, and a real tag after them still takes the notes."""
+    import subprocess
+    import sys
+
+    program = (
+        "from autograder.feedback.pages import add_notes\n"
+        "page = '<body ' * 800_000 + '<body class=\"x\">text'\n"
+        "out = add_notes(page, ['a note'])\n"
+        "print(out.index('a note') > out.index('<body class=\"x\">'))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                               check=False, cwd=Path(__file__).resolve().parents[1])
+    assert completed.returncode == 0 and completed.stdout.strip() == "True", completed.stderr[-2000:]
+
+
 def test_ungraded_page_escapes_names_and_carries_the_csp():
     page = ungraded_page(
         "<img src=x onerror=alert(1)>\udcff",

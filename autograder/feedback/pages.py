@@ -45,6 +45,11 @@ def notes_block(notes: Sequence[str], title: str = "Notes from the grader") -> s
 PAGE_PREFIX = f'<!DOCTYPE html>\n<meta charset="utf-8">{CSP_META}\n'
 
 
+# The opening body tag, its attributes bounded: each try reads at most that far, so the search takes time linear
+# in the page (an unbounded ``[^>]*`` read to the page's end from every "<body " that has no ">").
+_BODY_TAG = re.compile(r"<body(?:\s[^<>]{0,2000})?>")
+
+
 def add_notes(page: str, notes: Sequence[str]) -> str:
     """An nbgrader feedback page behind :data:`PAGE_PREFIX` (the Content-Security-Policy before any byte of
     the page), with the notes (if any) right after its opening ``<body>`` tag."""
@@ -52,7 +57,7 @@ def add_notes(page: str, notes: Sequence[str]) -> str:
     block = notes_block(notes)
     if not block:
         return page
-    match = re.search(r"<body(?:\s[^>]*)?>", page)
+    match = _BODY_TAG.search(page)
     if match is None:
         return block + page
     return page[: match.end()] + block + page[match.end() :]
