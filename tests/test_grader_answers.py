@@ -320,15 +320,31 @@ def test_check_expressions_says_when_an_entry_is_only_numerically_close():
         check_expressions(["0.909297", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
 
 
-def test_a_decimal_of_fifty_digits_is_not_the_exact_expression():
-    """Round 16: a decimal whose digits agree with the value past 1e-45 (mpmath, in the kernel, computes one) passed
-    as the exact expression; an answer with a decimal longer than any exact one needs is equal only exactly."""
-    sin2 = "0.90929742682568169539601986591174484270225497144789"  # sin(2) to 50 digits (mpmath.mp.dps = 60)
-    assert same_value(parse_expression(sin2), parse_expression("sin(2)"))  # the numeric floor alone takes it
-    with pytest.raises(AnswerError, match="entry 0 .* write the exact expression, not a rounded number"):
-        check_expressions([sin2, "cos(2)"], ["sin(2)", "cos(2)"], name="pe")
-    with pytest.raises(AnswerError, match="entry 0 .* write the exact expression"):
-        check_expressions([f"1*{sin2}", "cos(2)"], ["sin(2)", "cos(2)"], name="pe")  # not a plain decimal either
+# sin(2) and sin(3/10) to 60 digits (mpmath, mp.dps = 70), and the forms a student who computed them can write.
+SIN_2 = "0.909297426825681695396019865911744842702254971447890268378973"
+SIN_3_10 = "0.295520206661339575105320745685027373677832111742618448501531"
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (SIN_2[:52], "sin(2)"),  # round 16: one decimal of 50 digits
+    (f"{SIN_3_10[2:31]}/10**29 + {SIN_3_10[31:60]}/(10**29)**2", "sin(3/10)"),  # round 17: integers over powers of ten
+    (f"{SIN_3_10[:22]} + 0.{SIN_3_10[22:42]}e-20 + 0.{SIN_3_10[42:60]}e-40", "sin(3/10)"),  # round 17: short decimals
+])
+def test_a_value_computed_to_many_digits_is_not_the_exact_expression_however_written(answer, expected):
+    """A value that agrees with the right one past 1e-45 passed as the exact expression (the numeric floor was
+    1e-45): now nothing closer than 1e-300 and not equal is, which no 200-character expression reaches, and the
+    message says to write the expression."""
+    assert not same_value(parse_expression(answer), parse_expression(expected))
+    with pytest.raises(AnswerError, match="entry 0 .* numerically close .* write the exact expression"):
+        check_expressions([answer], [expected], name="pe")
+
+
+def test_equal_expressions_that_simplify_leaves_are_equal_by_their_value():
+    """cos(pi/7) cos(2 pi/7) cos(4 pi/7) = -1/8, which sympy's simplify does not reduce: its difference is 0 to
+    400 digits."""
+    first, second = parse_expression("cos(pi/7)*cos(2*pi/7)*cos(4*pi/7)"), parse_expression("-1/8")
+    assert first - second != 0
+    assert same_value(first, second)
     check_expressions(["sin(0.5)", "0.0009765625"], ["sin(1/2)", "1/1024"], name="pe")  # short exact decimals pass
 
 

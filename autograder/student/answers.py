@@ -483,7 +483,9 @@ MAX_EXPRESSION_NODES = 80
 MAX_EXPONENT = 64
 MAX_DENOMINATOR = 1000
 MAX_DIGITS = 400
-MAX_EXACT_DECIMAL_DIGITS = 20  # significant digits of a decimal in an answer that may still be equal numerically
+EQUAL_DIGITS = 400  # significant digits of a difference that simplify did not reduce to 0 (same_value)
+EQUAL_EXPONENT = 300  # below 10**-300 it is 0: no expression of MAX_EXPRESSION_LENGTH characters comes so close
+COMPUTED_EXPONENT = 20  # closer than 10**-20 but not equal: a value computed to many digits, not an expression
 MAX_CALL_DEPTH = 4  # sin(sqrt(...)) needs 2; sympy's simplify grows exponentially with this depth
 _BITS_PER_DIGIT = math.log2(10)
 _ALLOWED_SYMBOLS = "numbers, + - * / ** ^, parentheses, pi, sin, cos, sqrt, Rational and Integer"
@@ -644,43 +646,22 @@ def parse_expression(value: Any, name: str = "expression") -> Any:
     return expression
 
 
-def same_value(first: Any, second: Any, numeric: bool = True) -> bool:
+def same_value(first: Any, second: Any) -> bool:
     """Whether two constant sympy expressions are equal.
 
     sympy's simplification decides the cases met here (``sin(3/10000**(1/4))`` against
     ``sin(3*10**(-1))``, ``cos(pi/2 - 1/2)`` against ``sin(1/2)``). When it cannot reduce the difference to 0,
-    and ``numeric``, the difference is evaluated to 60 significant digits and counts as zero below 1e-45:
-    different expressions a student writes differ by far more (a decimal with 6 digits differs by about 1e-7).
-    A decimal of 46 digits or more would not, so :func:`check_expressions` asks for no ``numeric`` equality of
-    an answer that holds a decimal longer than :data:`MAX_EXACT_DECIMAL_DIGITS`.
+    the difference is evaluated to :data:`EQUAL_DIGITS` significant digits and counts as zero below
+    ``10**-EQUAL_EXPONENT``. No expression of :data:`MAX_EXPRESSION_LENGTH` characters that is not equal comes
+    that close: it holds at most that many digits, and a rational number of ``k`` digits in all is at best
+    about ``10**-k`` from an irrational one; so a value computed to many digits, however it is written (one long
+    decimal, integers over powers of ten, a sum of short decimals), is never taken for the expression.
     """
     sympy = _sympy()
     difference = first - second
     if difference == 0 or sympy.simplify(difference) == 0:
         return True
-    return numeric and bool(abs(sympy.N(difference, 60)) < sympy.Float("1e-45", 60))
-
-
-def _longest_decimal(text: Any) -> int:
-    """The most significant digits of a decimal number written in the expression ``text`` (0 when it holds
-    none, or does not parse)."""
-    if type(text) is not str:
-        return 0
-    source = text.strip().replace("^", "**")
-    try:
-        tree = ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return 0
-    longest = 0
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and type(node.value) is float:
-            written = (ast.get_source_segment(source, node) or "").replace("_", "")
-            try:
-                digits = decimal.Decimal(written).normalize().as_tuple().digits
-            except decimal.InvalidOperation:
-                continue
-            longest = max(longest, len(digits))
-    return longest
+    return bool(abs(sympy.N(difference, EQUAL_DIGITS)) < sympy.Rational(1, 10**EQUAL_EXPONENT))
 
 
 def check_expressions(
@@ -697,9 +678,9 @@ def check_expressions(
     names the wrong entries. An entry written as a plain decimal that agrees with the right value to the digits
     it gives (:func:`rounded_from`) is told to be written exactly; any other wrong entry is told it is wrong,
     with the value it evaluates to (never the right one): an expression whose value is merely close, such as
-    ``cos(3/100)`` for ``cos(3/10000^(1/3))``, is a wrong expression, not a rounded one. An entry that holds a
-    decimal of more than :data:`MAX_EXACT_DECIMAL_DIGITS` significant digits is equal only exactly (a value
-    computed to 50 digits is not the expression asked for), and is told to be written exactly.
+    ``cos(3/100)`` for ``cos(3/10000^(1/3))``, is a wrong expression, not a rounded one. An entry within
+    ``10**-COMPUTED_EXPONENT`` of the right value that is not equal to it (a value computed to many digits,
+    however written: :func:`same_value`) is told to be written exactly too.
     """
     sympy = _sympy()
     if type(values) not in (list, tuple):
@@ -708,25 +689,23 @@ def check_expressions(
         raise FormError(f"{name} has {len(values)} entries, {len(expected)} are asked for")
     answers = [parse_expression(value, f"{name}[{index}]") for index, value in enumerate(list(values))]
     targets = [parse_expression(text, "expected") for text in expected]
-    # An exact answer needs no long decimal: one that holds a decimal of more digits is equal only exactly.
-    numeric = [_longest_decimal(value) <= MAX_EXACT_DECIMAL_DIGITS for value in values]
     wrong = [
         index
         for index, (answer, target) in enumerate(zip(answers, targets))
-        if not same_value(answer, target, numeric[index])
+        if not same_value(answer, target)
     ]
     if not wrong:
         return
     for description, mistake in mistakes:
         if all(
-            same_value(answer, parse_expression(text, "mistake"), numeric[index])
-            for index, (answer, text) in enumerate(zip(answers, mistake))
+            same_value(answer, parse_expression(text, "mistake")) for answer, text in zip(answers, mistake)
         ):
             raise AnswerError(f"{name}: {description}")
     notes = []
     for index in wrong:
         text, answer = values[index], answers[index]
-        close = not numeric[index] and same_value(answer, targets[index])  # a long decimal, past 1e-45
+        # a value computed to many digits, in any form: closer than any slip of an expression comes
+        close = abs(sympy.N(answer - targets[index], 60)) < sympy.Rational(1, 10**COMPUTED_EXPONENT)
         if close or rounded_from(text, targets[index]):
             gap = abs(sympy.N(answer - targets[index], 20))
             notes.append(
