@@ -271,7 +271,7 @@ def test_a_student_with_thousands_of_members_in_a_class_zip_stops_no_other_stude
     from autograder.student import safe_files
 
     monkeypatch.setattr(safe_files, "MAX_ENTRIES_PER_TOP_FOLDER", 30)
-    for prefix in ("", "class/"):  # students at the zip's top, or in the one folder it holds
+    for prefix in ("", "submitted/"):  # students at the zip's top, or in nbgrader's one folder
         archive = tmp_path / f"class{len(prefix)}.zip"
         with zipfile.ZipFile(archive, "w") as bundle:
             for number in range(25_000):
@@ -283,6 +283,72 @@ def test_a_student_with_thousands_of_members_in_a_class_zip_stops_no_other_stude
             ("aaa", None), ("zed", received / "zed" / "01_permutation" / "01_permutation.ipynb")]
         assert f"{prefix}aaa holds more than 30 names below it in the zip; the rest of it was not read" in (
             collection.warnings)
+
+
+def test_a_zip_s_skipped_names_beside_its_submitted_folder_share_no_bound_between_students(tmp_path, monkeypatch):
+    """Round 17: a __MACOSX/ folder or a .DS_Store beside the one folder of the class (as macOS's Compress writes
+    them) made the zip's top hold two names before they were skipped: the students then shared one bound, and
+    one student's junk left out everyone after them in the zip."""
+    from autograder.student import safe_files
+
+    monkeypatch.setattr(safe_files, "MAX_ENTRIES_PER_TOP_FOLDER", 30)
+    for extra in ("__MACOSX/submitted/._ada", ".DS_Store", "submitted/.DS_Store"):
+        archive = tmp_path / "class.zip"
+        with zipfile.ZipFile(archive, "w") as bundle:
+            bundle.writestr("submitted/ada/01_permutation/01_permutation.ipynb", NOTEBOOK)
+            for number in range(40):
+                bundle.writestr(f"submitted/mal/01_permutation/junk{number:02d}", "")
+            bundle.writestr("submitted/zed/01_permutation/01_permutation.ipynb", NOTEBOOK)
+            bundle.writestr(extra, "")
+        received = tmp_path / "received" / str(len(extra))
+        collection = collect(archive, ASSIGNMENTS, received)
+        assert [submission.student for submission in collection.submissions if submission.path] == ["ada", "zed"], extra
+        assert "submitted/mal holds more than 30 names below it in the zip; the rest of it was not read" in (
+            collection.warnings)
+
+
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_a_lone_student_folder_is_read_as_that_student_s_and_never_as_the_class(tmp_path, as_zip):
+    """Round 17: a batch holding one student's folder with no assignment folder in it was taken as the class's
+    root, and the folders the student made in it were graded as other students' (with their parameters, into
+    their gradebook rows). Only nbgrader's ``submitted`` is a folder of the class; any other is a student's."""
+    planted = ("mallory/alice/01_permutation/01_permutation.ipynb", "mallory/bob/01_permutation/01_permutation.ipynb")
+    if as_zip:
+        root = tmp_path / "late.zip"
+        with zipfile.ZipFile(root, "w") as bundle:
+            for name in planted:
+                bundle.writestr(name, NOTEBOOK)
+    else:
+        root = tmp_path / "late"
+        for name in planted:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(NOTEBOOK)
+    collection = collect(root, ASSIGNMENTS, tmp_path / "received")
+    assert not any(submission.student in ("alice", "bob") for submission in collection.submissions)
+    assert any(warning.startswith("mallory is the only folder of the class's root and holds no assignment folder")
+               for warning in collection.warnings)
+
+
+def test_zip_names_deeper_than_a_folder_s_walk_reads_are_left_out_with_one_warning(tmp_path):
+    """Round 17: a zip's names had no depth bound, and each part of a name is a folder of the tree: memory and
+    time grew with the square of a name's depth, in grade's own process. Names past the walk's depth are left out
+    before they are stored, with one warning for the student's folder; the other students are read."""
+    from autograder.intake.zip_tree import MAX_NAME_PARTS, ZipTree
+
+    archive = tmp_path / "class.zip"
+    deep = "/".join(["d"] * 5000)
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("ada/01_permutation/01_permutation.ipynb", NOTEBOOK)
+        for number in range(3):
+            bundle.writestr(f"mal/{deep}/x{number}", "")
+        bundle.writestr("mal/01_permutation/" + "/".join(["e"] * (MAX_NAME_PARTS - 2)), "")  # as deep as allowed
+    with ZipTree.open(archive, lambda name: False) as tree:
+        assert max(len(parts) for parts in tree.folders) == MAX_NAME_PARTS - 1
+        assert [warning for warning in tree.warnings if "parts deep" in warning] == [
+            f"mal: names more than {MAX_NAME_PARTS} parts deep in the zip were not read (the first: "
+            f"mal/{'/'.join(['d'] * (MAX_NAME_PARTS - 1))}/...)"]
+    collection = collect(archive, ASSIGNMENTS, tmp_path / "received")
+    assert [submission.student for submission in collection.submissions if submission.path] == ["ada"]
 
 
 def test_a_zip_whose_directory_is_too_large_is_refused_before_it_is_parsed(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import EXCHANGE_FILES, MAX_EXCHANGE_FILE_BYTES
-from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, ZipTree
+from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, WRAPPER_FOLDER, ZipTree
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, Budget
 from autograder.student.safe_files import Entry, Folder, Refused, shown, walk
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
@@ -96,9 +96,10 @@ def _skipped(name: str) -> bool:
 
 
 def _inner_folder(top: Folder, assignments: tuple[str, ...]) -> str | None:
-    """The one folder ``top`` holds when that folder is not a student's (it has no assignment folder)."""
+    """The one folder ``top`` holds when it is nbgrader's :data:`WRAPPER_FOLDER` and not a student's (it has no
+    assignment folder). Any other one folder is a student's: what is in it is that student's to choose."""
     names = [(name, kind) for name, kind in top.entries()[0] if not _skipped(name)]
-    if len(names) != 1 or names[0][1] != "folder":
+    if len(names) != 1 or names[0] != (WRAPPER_FOLDER, "folder"):
         return None
     with top.child(names[0][0], new_root=True) as inner:
         # a link named after an assignment is still an assignment folder: it is refused later, with a warning
@@ -108,7 +109,7 @@ def _inner_folder(top: Folder, assignments: tuple[str, ...]) -> str | None:
 
 
 def class_root(root: Path, assignments: tuple[str, ...]) -> Path:
-    """``root``, or the one folder it holds when that folder is not a student's (it has no assignment folder).
+    """``root``, or the one folder it holds when that is nbgrader's ``submitted`` (:func:`_inner_folder`).
 
     Raises:
         Refused: that one folder was replaced by a link while it was looked at.
@@ -143,10 +144,10 @@ def _empty_folder(received: Path) -> None:
 
 
 def _zip_root(entries: list[Entry], assignments: tuple[str, ...]) -> tuple[str, ...]:
-    """The parts of a zip's class root: ``()``, or the one folder its top holds when that folder is not a
-    student's (the same rule as :func:`_inner_folder`)."""
+    """The parts of a zip's class root: ``()``, or the one folder its top holds when that is nbgrader's
+    ``submitted`` and not a student's (the same rule as :func:`_inner_folder`)."""
     top = [entry for entry in entries if len(entry.parts) == 1]
-    if len(top) != 1 or top[0].kind != "folder":
+    if len(top) != 1 or top[0].kind != "folder" or top[0].parts != (WRAPPER_FOLDER,):
         return ()
     inner = top[0].parts
     # a link named after an assignment is still an assignment folder: it is refused later, with a warning
@@ -228,6 +229,13 @@ def _collect_entries(
 ) -> None:
     """The submissions of a tree's ``entries``; ``open_folder(student, assignment)`` opens an assignment's
     folder (a context manager of an object whose ``copy(name, cap, target, budget)`` copies a file of it)."""
+    tops = [entry for entry in entries if len(entry.parts) == 1]
+    if len(tops) == 1 and tops[0].kind == "folder" and not any(
+            len(entry.parts) == 2 and entry.name in assignments for entry in entries):
+        collection.warnings.append(
+            f"{shown(tops[0].name)} is the only folder of the class's root and holds no assignment folder: it was "
+            f"read as a student's folder; the students' folders stand at the top of the folder or zip graded, or "
+            f"in one folder named {WRAPPER_FOLDER} that holds them all")
     contents: dict[tuple[str, ...], list[str]] = {}
     for entry in entries:
         relative = shown("/".join(entry.parts))

@@ -5,7 +5,11 @@ The members' names make the same entries as a folder's walk (:class:`autograder.
 that :mod:`autograder.intake.submissions` finds the submissions of a zip by the same rules as those of a
 folder. A name that is absolute, holds ``..`` or a part longer than :data:`MAX_NAME_BYTES` bytes is left out
 with a warning; a member marked as a symbolic link is listed as a link (never read); a name used twice, or as
-a file and a folder, is refused when it is read. As in a folder's walk, each student's folder holds at most
+a file and a folder, is refused when it is read; a name more than :data:`MAX_NAME_PARTS` parts deep is left out
+(a folder's walk stops as deep). Students' folders stand at the zip's top, or in a folder ``submitted`` that
+holds everything the zip holds (nbgrader's; any other one folder alone is read as a student's: a student's
+folder is the student's to fill, so it never decides whose the folders in it are). As in a folder's walk, each
+student's folder holds at most
 :data:`~autograder.student.safe_files.MAX_ENTRIES_PER_TOP_FOLDER` names (the rest of it is left out, with a
 warning naming it): no count is shared between students, so one student's thousands of files hide nothing of
 another's. What bounds the whole zip is the size of its directory (:data:`MAX_DIRECTORY_BYTES`), which zipfile
@@ -37,6 +41,10 @@ from autograder.student.safe_files import Entry, Refused, shown
 
 MAX_ZIP_MEMBERS = 20_000
 MAX_NAME_BYTES = 255
+# A name's parts: a folder's walk reads MAX_DEPTH folders below its root, and a zip may hold its class in one
+# folder more. A name deeper is left out before it is stored (each of its parts is a folder of the tree).
+MAX_NAME_PARTS = safe_files.MAX_DEPTH + 2
+WRAPPER_FOLDER = "submitted"  # nbgrader's folder of the class's submissions: a zip may hold its students in it
 # The directory of members that zipfile parses whole into memory (about 0.5 kB a member): checked in the zip's
 # end records before it is parsed, room for MAX_ZIP_MEMBERS members of 300 bytes (a 46-byte header, a name,
 # the usual extra fields), so that at most about 130,000 of the smallest members are ever parsed.
@@ -61,8 +69,9 @@ class ZipTree:
     warnings: list[str] = field(default_factory=list)
     files: dict[tuple[str, ...], list[zipfile.ZipInfo]] = field(default_factory=dict)
     folders: set[tuple[str, ...]] = field(default_factory=set)
-    student_level: int = 0  # where students' folders stand: 1 in a zip whose members all lie in one folder
+    student_level: int = 0  # where students' folders stand: 1 in a zip whose members all lie in `submitted/`
     names_below: dict[tuple[str, ...], int] = field(default_factory=dict)
+    too_deep: set[str] = field(default_factory=set)  # the folders at the top warned of for names too deep
 
     @classmethod
     @contextmanager
@@ -82,27 +91,41 @@ class ZipTree:
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
             raise ValueError(f"{archive} is not a zip file that can be read ({type(error).__name__}: {error})") from error
         with bundle:
-            members = bundle.infolist()
-            tops = {member.filename.replace("\\", "/").lstrip("/").split("/", 1)[0] for member in members}
-            tree = cls(bundle, student_level=1 if len(tops) == 1 else 0)
-            for member in members:
-                tree._add(member, skipped)
+            tree = cls(bundle)
+            kept = [(member, parts) for member in bundle.infolist() if (parts := tree._parts(member, skipped))]
+            # Where students stand, from the names kept only (a __MACOSX/ or a .DS_Store beside the one folder
+            # changes nothing): in the one folder all of them lie in, when it is nbgrader's `submitted`.
+            tops = {parts[0] for _, parts in kept}
+            tree.student_level = 1 if tops == {WRAPPER_FOLDER} else 0
+            for member, parts in kept:
+                tree._add(member, parts)
             tree._list()
             yield tree
 
-    def _add(self, member: zipfile.ZipInfo, skipped) -> None:
+    def _parts(self, member: zipfile.ZipInfo, skipped) -> tuple[str, ...] | None:
+        """The parts of ``member``'s name, or None for a name left out: not a plain relative path, a part longer
+        than :data:`MAX_NAME_BYTES` (both with a warning), one ``skipped`` leaves out, or deeper than a
+        folder's walk reads (:data:`MAX_NAME_PARTS`: one warning for each folder at the top)."""
         name = PurePosixPath(member.filename.replace("\\", "/"))
         if name.is_absolute() or ".." in name.parts or not name.parts:
             self.warnings.append(f"skipped {shown(member.filename[:300])!r} in the zip: not a plain relative path")
-            return
+            return None
         if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in name.parts):
             self.warnings.append(
                 f"skipped {shown(member.filename[:300])!r} in the zip: a name longer than {MAX_NAME_BYTES} bytes"
             )
-            return
+            return None
         if any(skipped(part) for part in name.parts):
-            return
-        parts = name.parts
+            return None
+        if len(name.parts) > MAX_NAME_PARTS:
+            if name.parts[0] not in self.too_deep:
+                self.too_deep.add(name.parts[0])
+                self.warnings.append(f"{shown(name.parts[0])}: names more than {MAX_NAME_PARTS} parts deep in the "
+                                     f"zip were not read (the first: {shown('/'.join(name.parts[:MAX_NAME_PARTS]))}/...)")
+            return None
+        return name.parts
+
+    def _add(self, member: zipfile.ZipInfo, parts: tuple[str, ...]) -> None:
         student = parts[: self.student_level + 1]
         if len(parts) > len(student):  # a name below a student's folder counts against that folder's bound only
             if self.names_below.get(student, 0) >= safe_files.MAX_ENTRIES_PER_TOP_FOLDER:
