@@ -344,9 +344,9 @@ def test_zip_names_deeper_than_a_folder_s_walk_reads_are_left_out_with_one_warni
         bundle.writestr("mal/01_permutation/" + "/".join(["e"] * (MAX_NAME_PARTS - 2)), "")  # as deep as allowed
     with ZipTree.open(archive, lambda name: False) as tree:
         assert max(len(parts) for parts in tree.folders) == MAX_NAME_PARTS - 1
-        assert [warning for warning in tree.warnings if "parts deep" in warning] == [
+        assert [warning for warning in tree.warnings if "parts deep" in warning] == [(
             f"mal: names more than {MAX_NAME_PARTS} parts deep in the zip were not read (the first: "
-            f"mal/{'/'.join(['d'] * (MAX_NAME_PARTS - 1))}/...)"]
+            f"mal/{'/'.join(['d'] * (MAX_NAME_PARTS - 1))}/...)")]
     collection = collect(archive, ASSIGNMENTS, tmp_path / "received")
     assert [submission.student for submission in collection.submissions if submission.path] == ["ada"]
 
