@@ -391,7 +391,8 @@ def grade(
     staging = out / f".autograder-new-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        results, warnings_found, labels, unread = _grade_into(path, staging, out, class_gradebook, options)
+        results, warnings_found, labels, unread, unrecorded = _grade_into(path, staging, out, class_gradebook,
+                                                                          options)
         write_course_files(staging, out, class_db_url)
         results = _with_hand_grades(results, class_db_url, staging, warnings_found, options.limits)
         with _open_class_gradebook(class_db_url) as gradebook:
@@ -399,7 +400,7 @@ def grade(
         write_csvs(results, staging, times)
         write_report(results, warnings_found, staging, labels)
         _publish(staging, out)
-        Records(out).save_batch(results)  # what feedback reports: these submissions, no earlier one
+        Records(out).save_batch(results, unrecorded)  # what feedback reports: these rows, no earlier one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if not_graded := not_graded_lines(results, unread):
@@ -441,8 +442,8 @@ def default_jobs(limits: Limits) -> int:
 
 def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: Options):
     """The batch of :func:`grade`, its outputs written into ``staging``: (results, warnings, the number of each
-    item of each assignment by grade id, read from its released notebook, and the intake's warnings about what
-    it did not read that belong to no student's row)."""
+    item of each assignment by grade id, read from its released notebook, the intake's warnings about what it
+    did not read that belong to no student's row, and the results' rows that no submission made)."""
     limits = options.limits
     with tempfile.TemporaryDirectory(prefix="autograder-grade-") as work_name, contextlib.ExitStack() as stopping:
         work = Path(work_name)
@@ -566,10 +567,12 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
             deliver.close()
     results = deliver.results
     warnings_found += deliver.warnings
-    results += _rows_without_a_submission(results, collection.skipped, assignments, layouts)
+    unrecorded = _rows_without_a_submission(results, collection.skipped, assignments, layouts)
+    results += unrecorded
     results.sort(key=lambda result: (result.assignment, result.student))
     of_students = {skipped.reason for skipped in collection.skipped}
-    return results, warnings_found, labels, [warning for warning in collection.warnings if warning not in of_students]
+    unread = [warning for warning in collection.warnings if warning not in of_students]
+    return results, warnings_found, labels, unread, unrecorded
 
 
 def not_graded_lines(results: list[Result], unread: list[str]) -> list[str]:

@@ -86,40 +86,51 @@ class Records:
                 shutil.copyfile(folder / name, target)
         return result
 
-    def save_batch(self, results: Iterable[Result]) -> None:
-        """Note which submissions the last ``grade`` into this folder reported (:data:`BATCH`, beside the
-        records: the records' folder holds one folder per student id, which a student names): what it wrote
-        into ``grades.csv``, which :meth:`kept` then keeps to."""
+    def save_batch(self, results: Iterable[Result], unrecorded: Iterable[Result] = ()) -> None:
+        """Note which rows the last ``grade`` into this folder reported (:data:`BATCH`, beside the records: the
+        records' folder holds one folder per student id, which a student names): what it wrote into
+        ``grades.csv``, which :meth:`kept` then keeps to. ``unrecorded``: its rows that no submission made (a
+        file the intake refused, an assignment not submitted), which have no record of their own, kept whole
+        in the batch file instead."""
         pairs = sorted({(result.student, result.assignment) for result in results})
+        rows = [dataclasses.asdict(result) for result in unrecorded]
         batch = self.root.parent / BATCH
         partial = batch.with_name(BATCH + ".partial")
-        partial.write_text(json.dumps([list(pair) for pair in pairs]))
+        partial.write_text(json.dumps({"submissions": [list(pair) for pair in pairs], "unrecorded": rows}))
         partial.replace(batch)
 
     def kept(self) -> list[Result]:
-        """The result kept here of every submission the last ``grade`` reported (:meth:`save_batch`): a
-        submission graded earlier and left out since (taken out of the class folder, or a folder that holds no
-        notebook any more) is not brought back. In a folder whose last grade noted no batch, every result.
+        """The rows the last ``grade`` reported (:meth:`save_batch`): the result kept here of each submission,
+        and the batch's rows that no submission made (which an earlier record of the same pair does not
+        replace); a submission graded earlier and left out since (taken out of the class folder, or a folder that
+        holds no notebook any more) is not brought back. In a folder whose last grade noted no batch, every
+        result.
 
         Raises:
             ValueError: the batch file is there but cannot be read as one.
         """
         path = self.root.parent / BATCH
         try:
-            batch = {tuple(pair) for pair in json.loads(path.read_text())}
+            data = json.loads(path.read_text())
+            if isinstance(data, list):  # written before the batch kept its unrecorded rows
+                data = {"submissions": data, "unrecorded": []}
+            batch = {tuple(pair) for pair in data["submissions"]}
+            unrecorded = [result_from_json(fields) for fields in data["unrecorded"]]
         except FileNotFoundError:
-            batch = None
-        except (OSError, ValueError, TypeError) as error:
+            batch, unrecorded = None, []
+        except (OSError, ValueError, TypeError, KeyError) as error:
             raise ValueError(f"{path} cannot be read ({type(error).__name__}); grade into the folder again") from error
-        results = []
+        without_record = {(result.student, result.assignment) for result in unrecorded}
+        results = list(unrecorded)
         for path in sorted(self.root.glob("*/*/result.json")):
             try:
                 result = result_from_json(json.loads(path.read_text())["result"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if batch is None or (result.student, result.assignment) in batch:
+            pair = (result.student, result.assignment)
+            if (batch is None or pair in batch) and pair not in without_record:
                 results.append(result)
-        return results
+        return sorted(results, key=lambda result: (result.assignment, result.student))
 
     def file(self, result: Result, name: str) -> Path:
         """Where the kept copy of ``name`` (``feedback.html``, ``log.txt``, ``autograded.ipynb``) of a result lies."""

@@ -329,6 +329,27 @@ def test_a_lone_student_folder_is_read_as_that_student_s_and_never_as_the_class(
                for warning in collection.warnings)
 
 
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_a_student_whose_id_is_an_assignment_s_name_in_submitted_stops_no_other_student(tmp_path, as_zip):
+    """Round 18: inside nbgrader's submitted/, a student folder named like an assignment made submitted/ read as
+    one student's folder: nobody else was graded, or listed. submitted/ holds the students whatever their IDs."""
+    names = ("submitted/01_permutation/01_permutation/01_permutation.ipynb",
+             "submitted/ada/01_permutation/01_permutation.ipynb")
+    if as_zip:
+        root = tmp_path / "class.zip"
+        with zipfile.ZipFile(root, "w") as bundle:
+            for name in names:
+                bundle.writestr(name, NOTEBOOK)
+    else:
+        root = tmp_path / "class"
+        for name in names:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(NOTEBOOK)
+    collection = collect(root, ASSIGNMENTS, tmp_path / "received")
+    assert [(submission.student, submission.assignment) for submission in collection.submissions
+            if submission.path] == [("01_permutation", "01_permutation"), ("ada", "01_permutation")]
+
+
 def test_zip_names_deeper_than_a_folder_s_walk_reads_are_left_out_with_one_warning(tmp_path):
     """Round 17: a zip's names had no depth bound, and each part of a name is a folder of the tree: memory and
     time grew with the square of a name's depth, in grade's own process. Names past the walk's depth are left out

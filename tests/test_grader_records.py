@@ -74,6 +74,26 @@ def test_only_the_submissions_of_the_last_batch_are_kept_for_feedback(tmp_path):
         records.kept()
 
 
+def test_the_rows_no_submission_made_are_kept_with_the_batch_and_replace_an_earlier_record(tmp_path):
+    """Round 18: ``feedback`` rebuilt the reports from the records only; a student whose files the intake refused
+    (a row of 0 with the reason, which no submission made and so no record holds) vanished from grades.csv and
+    report.txt, or became "not submitted". The batch keeps those rows whole, and an earlier record of the same
+    submission does not take their place."""
+    records = Records(tmp_path / "out")
+    for student in ("s1", "s2"):
+        records.save(_verdict(student), KEY, _files(tmp_path / student, "<p>page</p>"))
+    refused = Result("s1", "01_permutation", [Item("perm-1", 0.0, 2.0, "not graded")], [], "a notebook one folder too deep")
+    only_refused = Result("s3", "01_permutation", [Item("perm-1", 0.0, 2.0, "not graded")], [], "a link, not read")
+    records.save_batch([refused, _verdict("s2"), only_refused], unrecorded=[refused, only_refused])
+    kept = {result.student: result for result in records.kept()}
+    assert set(kept) == {"s1", "s2", "s3"}
+    assert kept["s1"] == refused and kept["s3"] == only_refused  # not s1's earlier record
+    assert kept["s2"] == _verdict("s2")
+    # a batch file written before the rows were kept (a list of pairs) is still read
+    (tmp_path / "out" / ".autograder-batch.json").write_text('[["s2", "01_permutation"]]')
+    assert [result.student for result in records.kept()] == ["s2"]
+
+
 def test_a_grader_failure_is_not_reused(tmp_path):
     records = Records(tmp_path / "out")
     records.save(_failure(), KEY, _files(tmp_path / "first", "<p>not graded</p>"))

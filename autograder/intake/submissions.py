@@ -95,27 +95,22 @@ def _skipped(name: str) -> bool:
     return name in _SKIPPED_PARTS or name.startswith(".")
 
 
-def _inner_folder(top: Folder, assignments: tuple[str, ...]) -> str | None:
-    """The one folder ``top`` holds when it is nbgrader's :data:`WRAPPER_FOLDER` and not a student's (it has no
-    assignment folder). Any other one folder is a student's: what is in it is that student's to choose."""
+def _inner_folder(top: Folder) -> str | None:
+    """The one folder ``top`` holds when it is nbgrader's :data:`WRAPPER_FOLDER` (whatever its folders are named:
+    a student's ID may be an assignment's). Any other one folder is a student's: what is in it is that student's
+    to choose, so it never decides whose the folders in it are."""
     names = [(name, kind) for name, kind in top.entries()[0] if not _skipped(name)]
-    if len(names) != 1 or names[0] != (WRAPPER_FOLDER, "folder"):
-        return None
-    with top.child(names[0][0], new_root=True) as inner:
-        # a link named after an assignment is still an assignment folder: it is refused later, with a warning
-        if any(name in assignments and kind in ("folder", "link") for name, kind in inner.entries()[0]):
-            return None
-    return names[0][0]
+    return WRAPPER_FOLDER if names == [(WRAPPER_FOLDER, "folder")] else None
 
 
-def class_root(root: Path, assignments: tuple[str, ...]) -> Path:
+def class_root(root: Path) -> Path:
     """``root``, or the one folder it holds when that is nbgrader's ``submitted`` (:func:`_inner_folder`).
 
     Raises:
         Refused: that one folder was replaced by a link while it was looked at.
     """
     with Folder.open(root) as top:
-        inner = _inner_folder(top, assignments)
+        inner = _inner_folder(top)
     return root if inner is None else root / inner
 
 
@@ -143,21 +138,10 @@ def _empty_folder(received: Path) -> None:
         raise ValueError(f"received {str(received)!r} must be an empty folder; it holds files already")
 
 
-def _zip_root(entries: list[Entry], assignments: tuple[str, ...]) -> tuple[str, ...]:
-    """The parts of a zip's class root: ``()``, or the one folder its top holds when that is nbgrader's
-    ``submitted`` and not a student's (the same rule as :func:`_inner_folder`)."""
-    top = [entry for entry in entries if len(entry.parts) == 1]
-    if len(top) != 1 or top[0].kind != "folder" or top[0].parts != (WRAPPER_FOLDER,):
-        return ()
-    inner = top[0].parts
-    # a link named after an assignment is still an assignment folder: it is refused later, with a warning
-    if any(
-        len(entry.parts) == 2 and entry.parts[0] == inner[0] and entry.name in assignments
-        and entry.kind in ("folder", "link")
-        for entry in entries
-    ):
-        return ()
-    return inner
+def _zip_root(tree: ZipTree) -> tuple[str, ...]:
+    """The parts of a zip's class root: ``()``, or nbgrader's ``submitted`` when it holds everything the zip
+    holds (the same rule as :func:`_inner_folder`, decided by :class:`ZipTree` from the names it kept)."""
+    return (WRAPPER_FOLDER,) if tree.student_level == 1 else ()
 
 
 def collect(
@@ -188,7 +172,7 @@ def collect(
     if Path(root).is_file():
         with ZipTree.open(root, _skipped) as tree:
             collection.warnings += tree.warnings
-            prefix = _zip_root(tree.entries, assignments)
+            prefix = _zip_root(tree)
             entries = [
                 Entry(entry.parts[len(prefix) :], entry.kind)
                 for entry in tree.entries
@@ -202,7 +186,7 @@ def collect(
             _collect_entries(entries, open_zip_folder, assignments, received, budget, collection)
     else:
         with Folder.open(root) as top:
-            inner = _inner_folder(top, assignments)
+            inner = _inner_folder(top)
             if inner is None:
                 _collect_tree(top, assignments, received, budget, collection)
             else:
