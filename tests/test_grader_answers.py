@@ -339,6 +339,13 @@ def test_a_value_computed_to_many_digits_is_not_the_exact_expression_however_wri
         check_expressions([answer], [expected], name="pe")
 
 
+def test_only_an_expression_that_holds_the_answer_comes_within_the_floor():
+    """Round 18: a term below 10**-300 can be written in 200 characters (an irrational power of ten), so the floor
+    does not separate every expression that is not equal; what it lets through holds the exact expression."""
+    assert same_value(parse_expression("sin(1/2)+(10**30)**(-11-sqrt(2))"), parse_expression("sin(1/2)"))
+    assert not same_value(parse_expression("sin(1/2)+(10**30)**(-7-sqrt(2))"), parse_expression("sin(1/2)"))  # 1e-252
+
+
 def test_equal_expressions_that_simplify_leaves_are_equal_by_their_value():
     """cos(pi/7) cos(2 pi/7) cos(4 pi/7) = -1/8, which sympy's simplify does not reduce: its difference is 0 to
     400 digits."""

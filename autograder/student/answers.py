@@ -652,10 +652,11 @@ def same_value(first: Any, second: Any) -> bool:
     sympy's simplification decides the cases met here (``sin(3/10000**(1/4))`` against
     ``sin(3*10**(-1))``, ``cos(pi/2 - 1/2)`` against ``sin(1/2)``). When it cannot reduce the difference to 0,
     the difference is evaluated to :data:`EQUAL_DIGITS` significant digits and counts as zero below
-    ``10**-EQUAL_EXPONENT``. No expression of :data:`MAX_EXPRESSION_LENGTH` characters that is not equal comes
-    that close: it holds at most that many digits, and a rational number of ``k`` digits in all is at best
-    about ``10**-k`` from an irrational one; so a value computed to many digits, however it is written (one long
-    decimal, integers over powers of ten, a sum of short decimals), is never taken for the expression.
+    ``10**-EQUAL_EXPONENT``. An expression of :data:`MAX_EXPRESSION_LENGTH` characters holds at most that many
+    digits, and a value computed to ``k`` digits is about ``10**-k`` off: so a value computed to many digits,
+    however it is written (one long decimal, integers over powers of ten, a sum of short decimals), is never
+    taken for the expression. What does come that close holds the expression itself, with a term below the
+    floor added on purpose (``sin(1/2) + (10**30)**(-11 - sqrt(2))``): its author knew the answer.
     """
     sympy = _sympy()
     difference = first - second
