@@ -601,13 +601,30 @@ def _rows_without_a_submission(results: list[Result], skipped: list[Skipped], as
                 continue
             why = reasons.get((student, assignment)) or reasons.get((student, None))
             if why:
-                reason = "; ".join(why)
+                reason = _reasons_text(why)
                 rows.append(Result(student, assignment, zero_items(layouts[assignment], "not graded", reason), [],
                                    reason))
             else:
                 rows.append(Result(student, assignment, zero_items(layouts[assignment], "not submitted"), [],
                                    NOT_SUBMITTED))
     return rows
+
+
+MAX_ROW_REASONS = 5  # reasons of the intake's that one row names; the others are counted
+MAX_ROW_REASON = 2000  # characters of that row's reason: every item's message repeats it
+
+
+def _reasons_text(reasons: list[str]) -> str:
+    """The intake's ``reasons`` for one row, in one text: the first :data:`MAX_ROW_REASONS`, a count of the
+    others, and at most :data:`MAX_ROW_REASON` characters (the names in them are the student's, and so is how many
+    files they misplaced)."""
+    text = "; ".join(reasons[:MAX_ROW_REASONS])
+    if len(reasons) > MAX_ROW_REASONS:
+        text += f"; and {len(reasons) - MAX_ROW_REASONS} more like these"
+    if len(text) > MAX_ROW_REASON:
+        mark = f" [... {len(text)} characters in all]"
+        text = text[: MAX_ROW_REASON - len(mark)] + mark
+    return text
 
 
 def _warn_now(warnings_found: list[str]) -> Callable[[str], None]:

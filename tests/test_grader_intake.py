@@ -206,3 +206,22 @@ def test_a_failed_batch_deletes_none_of_the_previous_results(tmp_path, monkeypat
     assert not any(path.name.startswith(".autograder-new") for path in out.iterdir())
     with open(out / "grades.csv") as handle:
         assert [row["student_id"] for row in csv.DictReader(handle)] == ["ada"]
+
+
+def test_a_row_names_a_few_of_a_student_s_misplaced_files_and_counts_the_rest():
+    """Round 19: the reasons of one student's misplaced files were joined whole: 1,990 of them made a reason of
+    565 kB, repeated in every item's message, on the terminal and in items.csv. A row names five and counts the
+    others, in at most 2,000 characters."""
+    from autograder.grade import MAX_ROW_REASON, _rows_without_a_submission
+    from autograder.intake.submissions import Skipped
+    from autograder.types import LayoutItem
+
+    skipped = [Skipped("mal", "01_permutation", f"mal/01_permutation/x/{number:04d}.ipynb: not graded: a "
+                       "submission must be <student>/<assignment>/<notebook>.ipynb") for number in range(1990)]
+    layout = (LayoutItem("perm-1", 2.0, "code"), LayoutItem("perm-2", 3.0, "code"))
+    (row,) = _rows_without_a_submission([], skipped, ["01_permutation"], {"01_permutation": layout})
+    assert row.reason.startswith(skipped[0].reason) and "; and 1985 more like these" in row.reason
+    assert len(row.reason) <= MAX_ROW_REASON and all(item.message == row.reason for item in row.items)
+    long = Skipped("ana", None, "ana/" + "n" * 5000 + ": not read")
+    (row,) = _rows_without_a_submission([], [long], ["01_permutation"], {"01_permutation": layout})
+    assert len(row.reason) == MAX_ROW_REASON and row.reason.endswith(f"[... {len(long.reason)} characters in all]")

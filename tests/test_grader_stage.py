@@ -158,6 +158,22 @@ def test_an_autograded_cell_names_its_item_as_a_short_text_only():
             check_autograded(_item_cell(item))
 
 
+def test_the_stage_keeps_its_notes_and_reason_within_what_the_worker_accepts(monkeypatch):
+    """Round 19: the notes and the reason are partly the student's (one note per cell, a file's or a kernel's
+    name, a validation message quoting a value): past the crossing's caps the honest stage's answer became a
+    failure of the grader, graded again by every run. The stage cuts them, and says so."""
+    from autograder.sandbox import grading_stage
+
+    long = "x" * (crossing.MAX_NOTE * 2)
+    monkeypatch.setattr(grading_stage, "_grade", lambda request, log: {
+        "reason": "r" * (crossing.MAX_REASON + 500), "notes": [long] * (crossing.MAX_NOTES + 50), "log": ""})
+    answer = read_answer(json.dumps(grading_stage.grade_in_stage(None)).encode("ascii"), LAYOUT)
+    assert answer.failure is None and len(answer.notes) == crossing.MAX_NOTES
+    assert answer.notes[-1] == "... and 51 more notes like these"
+    assert answer.notes[0].endswith(f"[... {len(long)} characters in all]") and len(answer.notes[0]) == crossing.MAX_NOTE
+    assert answer.reason.endswith(f"[... {crossing.MAX_REASON + 500} characters in all]")
+
+
 def _nbgrader_cell(nbgrader: object) -> str:
     return nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", metadata={"nbgrader": nbgrader})]))
 

@@ -34,6 +34,7 @@ import nbformat
 from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
 from autograder.sandbox import accounts, phases
+from autograder.sandbox.crossing import MAX_NOTE, MAX_NOTES, MAX_REASON
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text, uses_sympy
@@ -65,11 +66,31 @@ def grade_in_stage(request: StageRequest) -> dict:
     a failure of the grader's own code is answered as ``{"failure": ...}``."""
     log: list[str] = []
     try:
-        answer = _grade(request, log)
+        answer = _within_the_crossing(_grade(request, log))
     except Exception:  # noqa: BLE001 (the worker turns it into a grader failure, never kept as a grade)
         log.append(traceback.format_exc())
         answer = {"failure": "the grader failed on this submission (see its log)", "log": _joined(log)}
     return {**answer, "marks": dict(phases.MARKS)}
+
+
+def _within_the_crossing(answer: dict) -> dict:
+    """``answer`` with its notes and reason within what the worker accepts (:mod:`autograder.sandbox.crossing`):
+    each cut with a mark, and the notes past :data:`~autograder.sandbox.crossing.MAX_NOTES` counted in the last
+    one. Their texts and their number are partly the student's (file names, a kernel's name, one note per cell),
+    and an answer past the caps would be a failure of the grader, graded again by every run."""
+    notes = [_cut(note, MAX_NOTE) for note in answer.get("notes", [])]
+    if len(notes) > MAX_NOTES:
+        notes = [*notes[: MAX_NOTES - 1], f"... and {len(notes) - MAX_NOTES + 1} more notes like these"]
+    reason = answer.get("reason")
+    return {**answer, "notes": notes, "reason": None if reason is None else _cut(reason, MAX_REASON)}
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, or its beginning and a mark that says how much was cut, in ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    mark = f" [... {len(text)} characters in all]"
+    return text[: limit - len(mark)] + mark
 
 
 def _grade(request: StageRequest, log: list[str]) -> dict:
