@@ -128,3 +128,22 @@ def test_check_prints_no_byte_a_terminal_would_act_on_and_none_of_the_kernels_ow
     assert "pwned" not in output and "erased" not in output, output
     [line] = [line for line in output.splitlines() if "FORGED" in line]
     assert "own\\x1b[31m\\u2028item" in line and "\\x1b]52;c;ZWNobyBwd25lZA==\\x07 FORGED\\u202e" in line, line
+
+
+def test_check_reads_nbgrader_metadata_of_any_type_without_a_traceback(tmp_path):
+    """Round 20: metadata of another type (``"nbgrader": []``, a list as a grade id, points of infinity) or a
+    number of 5,000 digits ended the student's own check in a traceback. The cells are read as ungraded, and the
+    number is a reason."""
+    notebook = nbformat.read(ROOT / "notebooks" / "01_permutation.ipynb", as_version=4)
+    odd = [nbformat.v4.new_code_cell("x = 1", metadata=metadata) for metadata in (
+        {"nbgrader": []}, {"nbgrader": {"grade": True, "grade_id": ["a"], "points": 1}},
+        {"nbgrader": {"grade": True, "grade_id": "odd_points", "points": float("inf")}})]
+    notebook.cells = odd + notebook.cells
+    path = tmp_path / "01_permutation.ipynb"
+    nbformat.write(notebook, path)
+    completed = run_module("autograder", "check", str(path), cwd=tmp_path, timeout=300)
+    assert "Traceback" not in completed.stderr and "visible tests pass" in completed.stdout, completed.stderr[-2000:]
+    huge = tmp_path / "huge.ipynb"
+    huge.write_text('{"nbformat": 4, "x": ' + "9" * 5000 + "}")
+    completed = run_module("autograder", "check", str(huge), cwd=tmp_path, timeout=300)
+    assert completed.returncode == 2 and "a number too long" in completed.stdout, completed.stderr[-2000:]

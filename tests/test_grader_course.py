@@ -356,6 +356,7 @@ def test_a_zip_is_read_for_notebooks_only_and_never_outside_its_folder(tmp_path)
         ),
         (b"\xff\xfe\x00", "not UTF-8"),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # round 16: RecursionError, a grader's failure
+        ('{"nbformat": 4, "x": ' + "9" * 5000 + "}", "a number too long"),  # round 20: ValueError, the same
     ],
 )
 def test_files_that_are_not_notebooks_cannot_be_graded_and_say_why(tmp_path, content, fragment):

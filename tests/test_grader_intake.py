@@ -225,3 +225,18 @@ def test_a_row_names_a_few_of_a_student_s_misplaced_files_and_counts_the_rest():
     long = Skipped("ana", None, "ana/" + "n" * 5000 + ": not read")
     (row,) = _rows_without_a_submission([], [long], ["01_permutation"], {"01_permutation": layout})
     assert len(row.reason) == MAX_ROW_REASON and row.reason.endswith(f"[... {len(long.reason)} characters in all]")
+
+
+def test_a_note_names_ten_of_the_other_notebooks_and_counts_the_rest(tmp_path):
+    """Round 20: the note on the other notebooks of an assignment folder named them all (402,025 characters for a
+    student's thousands of files, in report.txt and on the page)."""
+    folder = tmp_path / "class" / "ada" / "01_permutation"
+    folder.mkdir(parents=True)
+    (folder / "01_permutation.ipynb").write_bytes(RELEASED.read_bytes())
+    for number in range(500):
+        (folder / f"other{number:03d}.ipynb").write_bytes(b"{}")
+    collection = collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received")
+    (submission,) = collection.submissions
+    (note,) = [note for note in submission.notes if note.startswith("other notebooks")]
+    assert note == ("other notebooks in the folder were not graded: "
+                    + ", ".join(f"other{number:03d}.ipynb" for number in range(10)) + " and 490 more")

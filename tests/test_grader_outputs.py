@@ -604,6 +604,18 @@ def test_a_crossed_notebook_s_metadata_is_rebuilt_again_and_a_grade_id_is_a_plai
     assert set(cleaned.metadata) == {"kernelspec", "language_info"}
 
 
+@pytest.mark.parametrize("points", [float("inf"), float("nan"), float("-inf")])
+def test_the_rebuild_keeps_finite_points_only_so_its_notebook_crosses(points):
+    """Round 20: points of 1e999 (infinity) or NaN survived the rebuild and the crossing refused the notebook: a
+    grader's failure after the whole notebook ran. The rebuild drops them, and what it writes crosses."""
+    from autograder.sandbox.crossing import check_autograded
+
+    metadata = {"nbgrader": {"grade": True, "grade_id": "t", "points": points}}
+    rebuilt = sanitize_notebook(_notebook(_code(metadata=metadata)))
+    assert rebuilt.cells[0].metadata["nbgrader"] == {"grade": True, "grade_id": "t"}
+    check_autograded(nbformat.writes(rebuilt))
+
+
 def test_a_crossed_notebook_is_cleaned_again_wherever_a_page_shows_html():
     notebook = outputs.cleaned_again(_crossed_hostile_notebook())
     nbformat.validate(notebook)

@@ -174,6 +174,16 @@ def test_the_stage_keeps_its_notes_and_reason_within_what_the_worker_accepts(mon
     assert answer.reason.endswith(f"[... {crossing.MAX_REASON + 500} characters in all]")
 
 
+def test_a_feedback_page_past_the_crossing_s_cap_is_replaced_by_a_short_one():
+    """Round 20: the rebuild bounds what the renderer reads, not what it writes (highlighted code grows 27 times);
+    a page past the cap made the answer a grader's failure. The stage sends a short page instead, and the grades."""
+    from autograder.sandbox.grading_stage import _page_within_the_crossing
+
+    assert _page_within_the_crossing("<p>ok</p>") == "<p>ok</p>"
+    short = _page_within_the_crossing("x" * (crossing.MAX_PAGE + 1))
+    assert len(short) < 1000 and f"it came to {crossing.MAX_PAGE + 1} characters" in short
+
+
 def _nbgrader_cell(nbgrader: object) -> str:
     return nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", metadata={"nbgrader": nbgrader})]))
 

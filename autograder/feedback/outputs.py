@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,7 +297,8 @@ def rebuilt_output(output: object, budget: Budget) -> NotebookNode:
 
 
 def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
-    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here; a text only
+    """``{"nbgrader": {...}}`` with nbgrader's fields of their types (``bool`` is not a number here, and a number
+    is finite; a text only
     as a plain id, :data:`autograder.sandbox.crossing.NBGRADER_TEXT`: nbgrader's formgrade template writes
     ``grade_id`` into the page unescaped), and
     ``{"autograder": {"item": item}}`` for a graded cell (``item`` cut to :data:`MAX_ITEM_LABEL` characters,
@@ -308,7 +310,8 @@ def rebuilt_cell_metadata(metadata: object, item: str | None = None) -> dict:
     for key, types in NBGRADER_METADATA.items():
         value = nbgrader.get(key)
         of_its_type = isinstance(value, types) and (types is bool or not isinstance(value, bool))
-        if of_its_type and (not isinstance(value, str) or NBGRADER_TEXT.fullmatch(value)):
+        plain = NBGRADER_TEXT.fullmatch(value) if isinstance(value, str) else not isinstance(value, float) or math.isfinite(value)
+        if of_its_type and plain:
             kept[key] = value
     rebuilt = {"nbgrader": kept}
     own = metadata.get("autograder")

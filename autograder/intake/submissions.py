@@ -120,16 +120,25 @@ def _choose_notebook(names: list[str], assignment: str) -> tuple[str | None, tup
     notebooks = [name for name in names if name.endswith(".ipynb")]
     expected = f"{assignment}.ipynb"
     if expected in notebooks:
-        others = [shown(name) for name in notebooks if name != expected]
-        notes = (f"other notebooks in the folder were not graded: {', '.join(others)}",) if others else ()
+        others = [name for name in notebooks if name != expected]
+        notes = (f"other notebooks in the folder were not graded: {_some_names(others)}",) if others else ()
         return expected, notes
     if not notebooks:
         return None, ()
     chosen = notebooks[0]
     notes = [f"no {assignment}.ipynb in the folder; {shown(chosen)} was graded in its place"]
     if len(notebooks) > 1:
-        notes.append(f"other notebooks in the folder were not graded: {', '.join(map(shown, notebooks[1:]))}")
+        notes.append(f"other notebooks in the folder were not graded: {_some_names(notebooks[1:])}")
     return chosen, tuple(notes)
+
+
+MAX_NAMED = 10  # names a note lists; the others are counted (how many there are is the student's choice)
+
+
+def _some_names(names: list[str]) -> str:
+    """The first :data:`MAX_NAMED` of ``names``, shown, and how many more there are."""
+    listed = ", ".join(map(shown, names[:MAX_NAMED]))
+    return listed + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
 
 
 def _empty_folder(received: Path) -> None:

@@ -34,7 +34,7 @@ import nbformat
 from autograder import variants
 from autograder.course import NbgraderError, load_config, run_app
 from autograder.sandbox import accounts, phases
-from autograder.sandbox.crossing import MAX_NOTE, MAX_NOTES, MAX_REASON
+from autograder.sandbox.crossing import MAX_NOTE, MAX_NOTES, MAX_PAGE, MAX_REASON
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
 from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text, uses_sympy
@@ -83,6 +83,18 @@ def _within_the_crossing(answer: dict) -> dict:
         notes = [*notes[: MAX_NOTES - 1], f"... and {len(notes) - MAX_NOTES + 1} more notes like these"]
     reason = answer.get("reason")
     return {**answer, "notes": notes, "reason": None if reason is None else _cut(reason, MAX_REASON)}
+
+
+def _page_within_the_crossing(page: str) -> str:
+    """``page``, or a short page that says it was too large when it is past the crossing's
+    :data:`~autograder.sandbox.crossing.MAX_PAGE`: the rebuild bounds what the renderer reads, and its output
+    grows with what it highlights and escapes (a page at every cap comes near the limit), so the grades are sent
+    in any case."""
+    if len(page) <= MAX_PAGE:
+        return page
+    return ("<!DOCTYPE html><html><head><title>Feedback</title></head><body><p>This feedback page was not kept: "
+            f"it came to {len(page)} characters, past the {MAX_PAGE} a page may have. Your grades are in the "
+            "grader's report, and your notebook holds your work.</p></body></html>")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -142,12 +154,13 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     phases.mark("rebuilt")
     log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter=exporter_config()))
     phases.mark("page")
-    page = course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html"
+    page = _page_within_the_crossing(
+        (course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html").read_text(encoding="utf-8"))
     return {
         "items": [dataclasses.asdict(item) for item in items],
         "notes": notes,
         "reason": None,
-        "feedback": page.read_text(encoding="utf-8"),
+        "feedback": page,
         "autograded": autograded.read_text(encoding="utf-8"),
         "log": _joined(log),
         "kernel_log": _kernel_log_tail(kernel),

@@ -25,6 +25,7 @@ This module and what it imports are on the student's side: the student edition's
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import subprocess
 import tempfile
@@ -57,8 +58,24 @@ class CheckedItem:
     label: str = ""  # the item as the notebook numbers it ("2.2", "Quiz 1"); the grade id where it has none
 
 
+def _nbgrader(cell) -> dict:
+    """The cell's nbgrader metadata, or ``{}`` where the notebook holds something else there."""
+    metadata = cell.get("metadata")
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    return nbgrader if isinstance(nbgrader, dict) else {}
+
+
 def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
+    """The cell's nbgrader grade id, or None where its metadata does not hold one as text."""
+    grade_id = _nbgrader(cell).get("grade_id")
+    return grade_id if isinstance(grade_id, str) else None
+
+
+def _points(cell) -> float:
+    """The cell's points, 0 where its metadata holds no finite number."""
+    points = _nbgrader(cell).get("points", 0)
+    number = isinstance(points, int | float) and not isinstance(points, bool) and math.isfinite(points)
+    return float(points) if number else 0.0
 
 
 def matching_release(notebook: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode | None:
@@ -83,7 +100,7 @@ def reset_tests(notebook: nbformat.NotebookNode, released: nbformat.NotebookNode
     tests = {
         _grade_id(cell): cell.source
         for cell in released.cells
-        if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"
+        if _nbgrader(cell).get("grade") is True and cell.cell_type == "code"
     }
     edited = []
     for cell in notebook.cells:
@@ -131,10 +148,10 @@ def run_visible_tests(notebook: nbformat.NotebookNode, folder: Path, timeout: in
     labels = item_labels(notebook.cells)
     items = []
     for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("grade"):
+        grade_id = _grade_id(cell)
+        if _nbgrader(cell).get("grade") is not True or grade_id is None:
             continue
-        grade_id, points = meta["grade_id"], float(meta.get("points", 0))
+        points = _points(cell)
         label = labels.get(grade_id, grade_id)
         if cell.cell_type != "code":
             items.append(CheckedItem(grade_id, points, "written answer", label=label))

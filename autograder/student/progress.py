@@ -218,7 +218,9 @@ def item_labels(cells: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     labels: dict[str, str] = {}
     heading: str | None = None
     for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
+        metadata = cell.get("metadata")
+        meta = metadata.get("nbgrader") if isinstance(metadata, Mapping) else None
+        meta = meta if isinstance(meta, Mapping) else {}  # a student's notebook may hold anything there
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
         first_line = source.lstrip().split("\n", 1)[0]

@@ -104,6 +104,8 @@ def read_notebook(path: Path) -> tuple[NotebookNode | None, str | None]:
         return None, f"the file is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})"
     except (RecursionError, MemoryError):  # JSON nested deeper than Python's parser goes
         return None, "the file is JSON nested too deeply to be read as a notebook"
+    except ValueError:  # an integer longer than Python converts (4,300 digits)
+        return None, "the file holds a number too long to be read as a notebook's"
     version = parsed.get("nbformat") if isinstance(parsed, dict) else None
     if type(version) is not int:
         return None, "the file is JSON but not a Jupyter notebook (no nbformat version number)"
