@@ -184,6 +184,36 @@ def test_a_feedback_page_past_the_crossing_s_cap_is_replaced_by_a_short_one():
     assert len(short) < 1000 and f"it came to {crossing.MAX_PAGE + 1} characters" in short
 
 
+def test_an_answer_past_the_bytes_the_worker_reads_loses_its_page_then_its_outputs_then_is_a_reason(monkeypatch):
+    """Round 21: the rebuild's budgets count characters, and a non-ASCII character costs up to 12 bytes in the
+    stage's ASCII JSON; an answer past the worker's cap was a failure of the grader, graded again by every run.
+    The stage drops the page, then the outputs (with a note), and past that answers a reason."""
+    from autograder.sandbox import grading_stage
+
+    wide = "\U0001f600" * 1000  # 12 bytes each once escaped
+    notebook = nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", outputs=[
+        new_output("stream", name="stdout", text=wide)])]))
+    items = [{"grade_id": "first_test", "score": 2.0, "max_score": 2.0, "status": "passed", "message": ""},
+             {"grade_id": "written", "score": 0.0, "max_score": 3.0, "status": "manual", "message": ""}]
+    graded = {"items": items, "notes": [], "reason": None, "feedback": wide * 4, "autograded": notebook, "log": ""}
+
+    def answered(budget: int):
+        monkeypatch.setattr(grading_stage, "RESPONSE_BUDGET", budget)
+        monkeypatch.setattr(grading_stage, "_grade", lambda request, log: dict(graded))
+        response = grading_stage.grade_in_stage(None)
+        return read_answer(json.dumps(response, ensure_ascii=True).encode("ascii"), LAYOUT)
+
+    whole = answered(10**9)
+    assert whole.feedback == wide * 4 and wide in whole.autograded
+    without_page = answered(30_000)  # the page alone is 48,000 bytes
+    assert "This feedback page was not kept" in without_page.feedback and wide in without_page.autograded
+    without_outputs = answered(2_000)
+    assert wide not in without_outputs.autograded and without_outputs.items is not None
+    assert without_outputs.notes[-1].startswith("the notebook's outputs were left out")
+    reason = answered(100)
+    assert reason.items is None and reason.reason.startswith("the graded notebook and its page came to more")
+
+
 def _nbgrader_cell(nbgrader: object) -> str:
     return nbformat.writes(new_notebook(cells=[new_code_cell("x = 1", metadata={"nbgrader": nbgrader})]))
 

@@ -22,6 +22,7 @@ where it came from. The worker trusts none of it until :mod:`autograder.sandbox.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from autograder.course import NbgraderError, load_config, run_app
 from autograder.sandbox import accounts, phases
 from autograder.sandbox.crossing import MAX_NOTE, MAX_NOTES, MAX_PAGE, MAX_REASON
 from autograder.sandbox.launcher import ENVIRONMENT_VARIABLE, Limits, Settings
+from autograder.sandbox.stage import MAX_RESPONSE_BYTES
 from autograder.types import Item, Task
 from autograder.verdicts.verdict import Split, decide, parse_reports, reported_text, uses_sympy
 
@@ -66,7 +68,7 @@ def grade_in_stage(request: StageRequest) -> dict:
     a failure of the grader's own code is answered as ``{"failure": ...}``."""
     log: list[str] = []
     try:
-        answer = _within_the_crossing(_grade(request, log))
+        answer = _within_the_response(_within_the_crossing(_grade(request, log)))
     except Exception:  # noqa: BLE001 (the worker turns it into a grader failure, never kept as a grade)
         log.append(traceback.format_exc())
         answer = {"failure": "the grader failed on this submission (see its log)", "log": _joined(log)}
@@ -85,16 +87,55 @@ def _within_the_crossing(answer: dict) -> dict:
     return {**answer, "notes": notes, "reason": None if reason is None else _cut(reason, MAX_REASON)}
 
 
+RESPONSE_BUDGET = MAX_RESPONSE_BYTES - 1024 * 1024  # the answer's bytes, the stage's marks and a margin aside
+
+
+def _within_the_response(answer: dict) -> dict:
+    """``answer`` within the bytes the worker reads of it (:data:`RESPONSE_BUDGET`, as ASCII JSON: up to 12 bytes
+    a character). The budgets of the rebuild count characters, and a notebook of non-ASCII text, shown in both
+    the page and the notebook, could pass the bytes: then the page is replaced by a short one, then the
+    notebook's outputs are left out (a note says so), and an answer still too large is a reason, never a
+    failure of the grader."""
+    if _response_bytes(answer) <= RESPONSE_BUDGET:
+        return answer
+    answer = {**answer, "feedback": _too_large_page(len(answer["feedback"]))}
+    if _response_bytes(answer) <= RESPONSE_BUDGET:
+        return answer
+    notebook = nbformat.reads(answer["autograded"], as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    left_out = ("the notebook's outputs were left out of the copy the instructor sees: with them, the graded "
+                "notebook and its page were too large to send")
+    notes = _within_the_crossing({"notes": [*answer["notes"], left_out]})["notes"]
+    answer = {**answer, "autograded": nbformat.writes(notebook), "notes": notes}
+    if _response_bytes(answer) <= RESPONSE_BUDGET:
+        return answer
+    return {"reason": "the graded notebook and its page came to more than the grader takes "
+                      f"({RESPONSE_BUDGET} bytes): its cells' text is too large", "notes": answer["notes"],
+            "log": answer.get("log", ""), "kernel_log": answer.get("kernel_log", "")}
+
+
+def _response_bytes(answer: dict) -> int:
+    """The bytes of ``answer`` as the stage sends it (ASCII JSON), or a bound above them where that bound is
+    within the budget (12 bytes a character: a surrogate pair's two escapes), so that most answers are not
+    encoded twice."""
+    bound = sum(12 * len(value) for value in answer.values() if isinstance(value, str)) + 4 * 1024 * 1024
+    return bound if bound <= RESPONSE_BUDGET else len(json.dumps(answer, ensure_ascii=True))
+
+
 def _page_within_the_crossing(page: str) -> str:
     """``page``, or a short page that says it was too large when it is past the crossing's
     :data:`~autograder.sandbox.crossing.MAX_PAGE`: the rebuild bounds what the renderer reads, and its output
     grows with what it highlights and escapes (a page at every cap comes near the limit), so the grades are sent
     in any case."""
-    if len(page) <= MAX_PAGE:
-        return page
+    return page if len(page) <= MAX_PAGE else _too_large_page(len(page))
+
+
+def _too_large_page(characters: int) -> str:
     return ("<!DOCTYPE html><html><head><title>Feedback</title></head><body><p>This feedback page was not kept: "
-            f"it came to {len(page)} characters, past the {MAX_PAGE} a page may have. Your grades are in the "
-            "grader's report, and your notebook holds your work.</p></body></html>")
+            f"it came to {characters} characters, more than the grader takes. Your grades are in the grader's "
+            "report, and your notebook holds your work.</p></body></html>")
 
 
 def _cut(text: str, limit: int) -> str:
