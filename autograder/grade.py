@@ -86,6 +86,7 @@ from autograder.intake.submissions import Skipped, collect
 from autograder.pipeline import write_ungraded
 from autograder.records import Records, record_key
 from autograder.sandbox import accounts, cgroups, seccomp
+from autograder.sandbox.grading_stage import cut_text
 from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits, bwrap_problem
 from autograder.student.progress import item_labels
@@ -621,10 +622,7 @@ def _reasons_text(reasons: list[str]) -> str:
     text = "; ".join(reasons[:MAX_ROW_REASONS])
     if len(reasons) > MAX_ROW_REASONS:
         text += f"; and {len(reasons) - MAX_ROW_REASONS} more like these"
-    if len(text) > MAX_ROW_REASON:
-        mark = f" [... {len(text)} characters in all]"
-        text = text[: MAX_ROW_REASON - len(mark)] + mark
-    return text
+    return cut_text(text, MAX_ROW_REASON)
 
 
 def _warn_now(warnings_found: list[str]) -> Callable[[str], None]:

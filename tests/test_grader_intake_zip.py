@@ -307,22 +307,26 @@ def test_a_zip_s_skipped_names_beside_its_submitted_folder_share_no_bound_betwee
             collection.warnings)
 
 
+def _batch(root, names, as_zip: bool):
+    """A batch holding a notebook under each of ``names``: the folder ``root``, or the zip ``root.zip``."""
+    if as_zip:
+        with zipfile.ZipFile(root.with_suffix(".zip"), "w") as bundle:
+            for name in names:
+                bundle.writestr(name, NOTEBOOK)
+        return root.with_suffix(".zip")
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(NOTEBOOK)
+    return root
+
+
 @pytest.mark.parametrize("as_zip", [False, True])
 def test_a_lone_student_folder_is_read_as_that_student_s_and_never_as_the_class(tmp_path, as_zip):
     """Round 17: a batch holding one student's folder with no assignment folder in it was taken as the class's
     root, and the folders the student made in it were graded as other students' (with their parameters, into
     their gradebook rows). Only nbgrader's ``submitted`` is a folder of the class; any other is a student's."""
     planted = ("mallory/alice/01_permutation/01_permutation.ipynb", "mallory/bob/01_permutation/01_permutation.ipynb")
-    if as_zip:
-        root = tmp_path / "late.zip"
-        with zipfile.ZipFile(root, "w") as bundle:
-            for name in planted:
-                bundle.writestr(name, NOTEBOOK)
-    else:
-        root = tmp_path / "late"
-        for name in planted:
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(NOTEBOOK)
+    root = _batch(tmp_path / "late", planted, as_zip)
     collection = collect(root, ASSIGNMENTS, tmp_path / "received")
     assert not any(submission.student in ("alice", "bob") for submission in collection.submissions)
     assert any(warning.startswith("mallory is the only folder of the class's root and holds no assignment folder")
@@ -335,16 +339,7 @@ def test_a_student_whose_id_is_an_assignment_s_name_in_submitted_stops_no_other_
     one student's folder: nobody else was graded, or listed. submitted/ holds the students whatever their IDs."""
     names = ("submitted/01_permutation/01_permutation/01_permutation.ipynb",
              "submitted/ada/01_permutation/01_permutation.ipynb")
-    if as_zip:
-        root = tmp_path / "class.zip"
-        with zipfile.ZipFile(root, "w") as bundle:
-            for name in names:
-                bundle.writestr(name, NOTEBOOK)
-    else:
-        root = tmp_path / "class"
-        for name in names:
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(NOTEBOOK)
+    root = _batch(tmp_path / "class", names, as_zip)
     collection = collect(root, ASSIGNMENTS, tmp_path / "received")
     assert [(submission.student, submission.assignment) for submission in collection.submissions
             if submission.path] == [("01_permutation", "01_permutation"), ("ada", "01_permutation")]

@@ -80,11 +80,11 @@ def _within_the_crossing(answer: dict) -> dict:
     each cut with a mark, and the notes past :data:`~autograder.sandbox.crossing.MAX_NOTES` counted in the last
     one. Their texts and their number are partly the student's (file names, a kernel's name, one note per cell),
     and an answer past the caps would be a failure of the grader, graded again by every run."""
-    notes = [_cut(note, MAX_NOTE) for note in answer.get("notes", [])]
+    notes = [cut_text(note, MAX_NOTE) for note in answer.get("notes", [])]
     if len(notes) > MAX_NOTES:
         notes = [*notes[: MAX_NOTES - 1], f"... and {len(notes) - MAX_NOTES + 1} more notes like these"]
     reason = answer.get("reason")
-    return {**answer, "notes": notes, "reason": None if reason is None else _cut(reason, MAX_REASON)}
+    return {**answer, "notes": notes, "reason": None if reason is None else cut_text(reason, MAX_REASON)}
 
 
 RESPONSE_BUDGET = MAX_RESPONSE_BYTES - 1024 * 1024  # the answer's bytes, the stage's marks and a margin aside
@@ -138,7 +138,7 @@ def _too_large_page(characters: int) -> str:
             "report, and your notebook holds your work.</p></body></html>")
 
 
-def _cut(text: str, limit: int) -> str:
+def cut_text(text: str, limit: int) -> str:
     """``text``, or its beginning and a mark that says how much was cut, in ``limit`` characters."""
     if len(text) <= limit:
         return text
