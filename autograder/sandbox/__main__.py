@@ -6,6 +6,7 @@ An entry of its own, so that the processes the stage spawns (the verdicts' check
 import sys
 
 from autograder.sandbox import phases
+from autograder.sandbox.stand_ins import stand_in_for_nbgrader_server_extensions
 
 phases.mark("main")  # before the stage's imports, which the profile counts apart (autograder.sandbox.phases)
 # jsonschema, which nbformat imports, registers an IRI format checker when rfc3987_syntax is installed (as
@@ -13,6 +14,7 @@ phases.mark("main")  # before the stage's imports, which the profile counts apar
 # stage's start, for a format that no schema the stage validates uses. Marked absent, it is not imported and
 # jsonschema leaves that one format unchecked.
 sys.modules.setdefault("rfc3987_syntax", None)
+stand_in_for_nbgrader_server_extensions()
 
 from autograder.sandbox.stage import main
 

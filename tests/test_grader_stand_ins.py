@@ -1,0 +1,63 @@
+"""The stage's stand-ins for nbgrader's server extensions (autograder.sandbox.stand_ins): what the stage imports
+from nbgrader still works, the servers' packages are no longer imported, and the stand-ins refuse to load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from autograder import REPOSITORY
+
+SERVER_PACKAGES = ("jupyter_server", "nbgrader.apps", "nbgrader.exchange")
+
+
+def _fresh_interpreter(code: str) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPOSITORY, timeout=120, check=True
+    )
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+def test_without_the_stand_ins_nbgrader_imports_its_servers():
+    # The premise: the cost the stand-ins remove is there without them.
+    loaded = _fresh_interpreter(
+        "import json, sys\n"
+        "import nbgrader.converters\n"
+        f"print(json.dumps([name for name in {SERVER_PACKAGES!r} if name in sys.modules]))\n"
+    )
+    assert set(loaded) == set(SERVER_PACKAGES)
+
+
+def test_with_the_stand_ins_the_stage_imports_what_it_grades_with_and_no_server():
+    result = _fresh_interpreter(
+        "import json, sys\n"
+        "from autograder.sandbox.stand_ins import ServerExtensionStandIn, stand_in_for_nbgrader_server_extensions\n"
+        "stand_in_for_nbgrader_server_extensions()\n"
+        "import nbgrader\n"
+        "from nbgrader.converters import Autograde, GenerateFeedback\n"
+        "from nbgrader.api import Gradebook\n"
+        "from nbgrader.coursedir import CourseDirectory\n"
+        "from nbgrader.preprocessors import Execute\n"
+        "import autograder.sandbox.grading_stage\n"
+        "from autograder.feedback.template import exporter_config\n"
+        "refused = []\n"
+        "for name in ('load_assignments', 'load_courses', 'load_validate', 'load_formgrader'):\n"
+        "    try:\n"
+        "        getattr(nbgrader, name)(None)\n"
+        "    except ServerExtensionStandIn as error:\n"
+        "        refused.append(str(error))\n"
+        f"loaded = [name for name in {SERVER_PACKAGES!r} if name in sys.modules]\n"
+        "print(json.dumps({'loaded': loaded, 'refused': refused,\n"
+        "                  'templates': exporter_config()['extra_template_basedirs'][1]}))\n"
+    )
+    assert result["loaded"] == []
+    assert len(result["refused"]) == 4
+    assert all("not loaded in a grading stage" in reason for reason in result["refused"])
+    # The feedback template's folder is found by path, inside the real package, not the stand-in.
+    assert result["templates"].endswith("server_extensions/formgrader/templates")
+
+
+def test_the_stage_entry_installs_the_stand_ins_before_it_imports_the_stage():
+    entry = (REPOSITORY / "autograder" / "sandbox" / "__main__.py").read_text()
+    assert entry.index("stand_in_for_nbgrader_server_extensions()") < entry.index("from autograder.sandbox.stage import")
