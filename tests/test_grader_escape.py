@@ -21,6 +21,7 @@ from traitlets.config import Config
 
 from autograder.feedback.escape import (
     CSP_META,
+    IMAGE_WITHOUT_ALT,
     clean_html,
     csv_cell,
     csv_row,
@@ -31,7 +32,7 @@ from autograder.feedback.escape import (
 from autograder.feedback.mathml import tex_to_mathml
 from autograder.feedback.outputs import sanitize_notebook, sanitize_notebook_file
 from autograder.feedback.pages import Item, add_notes, ungraded_page
-from autograder.feedback.template import exporter_config
+from autograder.feedback.template import exporter_config, generate_feedback_config
 
 CSP = (
     "default-src 'none'; script-src 'none'; object-src 'none'; frame-src 'none'; base-uri 'none'; "
@@ -304,7 +305,7 @@ def _outputs(*outputs) -> list:
 def test_html_output_keeps_only_allowed_tags_and_attributes():
     (output,) = _outputs(_display({"text/html": HOSTILE_HTML, "text/plain": "<HTML object>"}))
     assert output.data == {
-        "text/html": "alert(1)<img><a>click me</a><a>and me</a><a>or me</a><div>Score: 10 / 10</div>"
+        "text/html": "alert(1)<img alt=\"An image without a description\"><a>click me</a><a>and me</a><a>or me</a><div>Score: 10 / 10</div>"
         "body{display:none}",
         "text/plain": "<HTML object>",
     }
@@ -326,9 +327,9 @@ def test_html_output_keeps_tables_links_and_data_images():
 @pytest.mark.parametrize(
     ("hostile", "expected"),
     [
-        ('<img width="1 onerror=alert(1)" height="2">', '<img height="2">'),
-        ("<img width=1e3 height=0x10>", "<img>"),
-        ('<img width=" 12" height="12 ">', "<img>"),
+        ('<img width="1 onerror=alert(1)" height="2">', f'<img height="2" alt="{IMAGE_WITHOUT_ALT}">'),
+        ("<img width=1e3 height=0x10>", f'<img alt="{IMAGE_WITHOUT_ALT}">'),
+        ('<img width=" 12" height="12 ">', f'<img alt="{IMAGE_WITHOUT_ALT}">'),
         ("<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">",
          "<img alt='x\" onerror=\"alert(1)' title=\"a' onload='b\">"),  # quoted by the other quote
         (
@@ -479,16 +480,19 @@ def _tags(page: str) -> list[tuple[str, dict[str, str]]]:
     return parser.tags
 
 
-def _render_feedback(notebook, template: dict | None = None) -> str:
-    """nbconvert's HTMLExporter configured as nbgrader's GenerateFeedback configures it with the course's
-    template (or ``template``'s settings), then our notes."""
+def _render_feedback(notebook, template: dict | None = None, exporter_class=None) -> str:
+    """The exporter configured as nbgrader's GenerateFeedback configures it with the course's template and
+    exporter (or ``template``'s settings and ``exporter_class``, default nbconvert's HTMLExporter), then our
+    notes."""
     formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
     config = Config()
     config.Exporter.default_preprocessors = []
     for key, value in (template or exporter_config()).items():
         config.HTMLExporter[key] = value
     config.HTMLExporter.extra_template_paths = [str(formgrader / "static/node_modules/bootstrap/dist/css")]
-    exporter = HTMLExporter(config=config)
+    if exporter_class is None:
+        exporter_class = HTMLExporter if template is not None else generate_feedback_config()["exporter_class"]
+    exporter = exporter_class(config=config)
     exporter.register_preprocessor(CSSHTMLHeaderPreprocessor, enabled=True)
     # What nbgrader's GetGrades preprocessor puts into the resources from the gradebook.
     resources = {"nbgrader": {"notebook": "01_permutation", "score": 1, "max_score": 3, "late_penalty": 0}}
@@ -593,22 +597,41 @@ def test_feedback_page_keeps_ordinary_content_readable(safe_page):
     # The template renders the cell's HTML block once more: attribute order and references may change.
     assert re.search(
         r'The score grows like <span class="formula" tabindex="0"><math [^>]*><mrow><msup><mi>x</mi><mn>2</mn></msup>'
-        r'</mrow></math></span> when <span class="formula" tabindex="0"><math [^>]*><mrow><mi>x</mi><mo>&gt;</mo>'
+        r'</mrow></math></span> when <span class="formula" tabindex="0"><math [^>]*><mrow><mi>x</mi><mo>(?:&gt;|&#x0003E;)</mo>'
         r"<mn>1</mn></mrow></math></span>",
         safe_page,
     )
     assert "$x" not in safe_page
     assert '<a href="https://arxiv.org/abs/1706.03762">the paper</a>' in safe_page
     assert "<th>position</th>" in safe_page and "<td>0.5</td>" in safe_page
-    assert (
-        f'<img alt="No description has been provided for this image" src="data:image/png;base64,{PNG}"'
-        in (safe_page)
-    )
+    assert f'<img src="data:image/png;base64,{PNG}" alt="{IMAGE_WITHOUT_ALT}">' in safe_page
     assert "&lt;script&gt;alert(33)&lt;/script&gt;" in safe_page  # the student's print, as text
     assert "<pre>&lt;Javascript object&gt;</pre>" in safe_page
     assert "<strong>md</strong>" in safe_page
     assert "Your answer to written" in safe_page  # the panel around the written answer, named by its grade id
     assert "a cell ran longer than 20 seconds and was interrupted" in safe_page
+
+
+def test_feedback_exporter_gives_the_page_nbconverts_last_pass_would_give():
+    # The course's exporter skips HTMLExporter's BeautifulSoup pass (alt texts, JupyterLab's tabindex), which
+    # writes the page out anew. Read by an HTML parser, the two pages are the same.
+    from bs4 import BeautifulSoup
+
+    notebook = sanitize_notebook(_feedback_notebook())
+    ours = _render_feedback(notebook)
+    nbconverts = _render_feedback(notebook, exporter_config(), HTMLExporter)
+    assert ours != nbconverts  # the control: the pass did write the bytes anew
+    assert "No description has been provided" not in nbconverts  # it found no image without an alt
+    assert str(BeautifulSoup(ours, features="html.parser")) == str(BeautifulSoup(nbconverts, features="html.parser"))
+
+
+def test_every_image_on_a_feedback_page_has_an_alt_text(safe_page):
+    images = [attrs for tag, attrs in _tags(safe_page) if tag == "img"]
+    assert len(images) >= 2  # an image output, and an image in the student's HTML
+    assert all(attrs.get("alt") for attrs in images)
+    assert clean_html('<img src="data:image/png;base64,AAAA" alt="a plot">') == (
+        '<img src="data:image/png;base64,AAAA" alt="a plot">'  # a student's own alt text stays
+    )
 
 
 def test_tex_escapes_in_text_become_their_characters():

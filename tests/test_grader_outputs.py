@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_notebook
-from test_grader_escape import PNG, _render_feedback, _tags
+from test_grader_escape import NBGRADER_TEMPLATE, PNG, _render_feedback, _tags
 
 from autograder.feedback import outputs
 from autograder.feedback.outputs import sanitize_notebook
@@ -63,9 +63,15 @@ def _hostile_image_notebook():
 
 
 def test_without_the_rebuild_a_string_width_becomes_an_event_handler():
-    # The control: nbconvert's template writes the width unquoted.
-    page = _render_feedback(_hostile_image_notebook())
+    # The control: nbconvert's classic template, which nbgrader's feedback template extends, writes the width
+    # unquoted.
+    page = _render_feedback(_hostile_image_notebook(), NBGRADER_TEMPLATE)
     assert any("onerror" in attrs for tag, attrs in _tags(page) if tag == "img")
+
+
+def test_the_courses_template_quotes_an_image_size_even_without_the_rebuild():
+    page = _render_feedback(_hostile_image_notebook())
+    assert [attrs for tag, attrs in _tags(page) if tag == "img" and "onerror" in attrs] == []
 
 
 def test_a_width_that_is_not_an_int_is_dropped_and_the_page_has_no_handler():
@@ -119,7 +125,7 @@ def test_html_outputs_lose_scripts_frames_svg_handlers_and_script_links():
     )
     (output,) = _rebuilt_outputs(_display({"text/html": html}))
     assert output["data"] == {
-        "text/html": "alert(1)<b>bold</b><a>a</a><a>b</a><img><math><mi>y</mi></math>"
+        "text/html": "alert(1)<b>bold</b><a>a</a><a>b</a><img alt=\"An image without a description\"><math><mi>y</mi></math>"
     }
 
 

@@ -165,19 +165,36 @@ def _allowed_attribute(tag: str, name: str, value: str) -> bool:
     return True
 
 
+IMAGE_WITHOUT_ALT = "An image without a description"
+
+
+class _ImageAlternativeText(bleach.html5lib_shim.Filter):
+    """An ``img`` that has no ``alt`` is given :data:`IMAGE_WITHOUT_ALT`, so that a screen reader names it as an
+    image (the feedback page's template does the same for image outputs)."""
+
+    def __iter__(self):
+        for token in super().__iter__():
+            if token["type"] in ("StartTag", "EmptyTag") and token["name"] == "img":
+                token["data"].setdefault((None, "alt"), IMAGE_WITHOUT_ALT)
+            yield token
+
+
 def clean_html(text: str) -> str:
     """``text`` with only :data:`HTML_TAGS` and their allowed attributes; other tags are dropped (their
     text stays, as text), and so are comments, event handlers, ``javascript:`` URLs, remote images and
     sizes that are not digits. MathML elements keep the attributes latex2mathml writes
-    (:func:`autograder.feedback.mathml.allowed_mathml_attribute`)."""
-    return bleach.clean(
-        text,
+    (:func:`autograder.feedback.mathml.allowed_mathml_attribute`). An image without an ``alt`` is given one
+    (:data:`IMAGE_WITHOUT_ALT`). A cleaner of its own per call, as ``bleach.clean`` makes: one is not safe to share
+    between threads."""
+    cleaner = bleach.Cleaner(
         tags=HTML_TAGS,
         attributes=_allowed_attribute,
         protocols=_PROTOCOLS,
         strip=True,
         strip_comments=True,
+        filters=[_ImageAlternativeText],
     )
+    return cleaner.clean(text)
 
 
 class _MathRenderer(IPythonRenderer):

@@ -28,7 +28,7 @@ from autograder.course import load_config, run_app
 from autograder.feedback.outputs import cleaned_again_file
 from autograder.feedback.pages import add_notes, file_text
 from autograder.feedback.reports import Labels, report_warnings, write_csvs, write_report
-from autograder.feedback.template import exporter_config
+from autograder.feedback.template import exporter_config, generate_feedback_config
 from autograder.sandbox.launcher import Limits
 from autograder.types import NOT_SUBMITTED, Item, Result
 
@@ -49,6 +49,8 @@ def feedback_page(autograded: Path, student: str, assignment: str, db_url: str, 
         config.CourseDirectory.db_url = db_url
         for key, value in exporter_config().items():
             config.HTMLExporter[key] = value
+        for key, value in generate_feedback_config().items():
+            config.GenerateFeedback[key] = value
         course_directory = CourseDirectory(config=config)
         course_directory.assignment_id = assignment
         course_directory.student_id = student

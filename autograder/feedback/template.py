@@ -50,3 +50,11 @@ def exporter_config() -> dict[str, object]:
         "extra_template_basedirs": [str(TEMPLATES), str(nbgrader_templates())],
         "filters": {"without_font_faces": without_font_faces},
     }
+
+
+def generate_feedback_config() -> dict[str, object]:
+    """The ``GenerateFeedback`` settings that go with :func:`exporter_config`: the page rendered by
+    :class:`autograder.feedback.exporter.FeedbackExporter`."""
+    from autograder.feedback.exporter import FeedbackExporter
+
+    return {"exporter_class": FeedbackExporter}

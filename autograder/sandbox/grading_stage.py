@@ -150,7 +150,7 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     from nbgrader.converters import Autograde, GenerateFeedback
 
     from autograder.feedback.outputs import sanitize_notebook_file
-    from autograder.feedback.template import exporter_config
+    from autograder.feedback.template import exporter_config, generate_feedback_config
     from autograder.student.sanitize import prepare
 
     phases.mark("imported")
@@ -193,7 +193,8 @@ def _grade(request: StageRequest, log: list[str]) -> dict:
     sanitize_notebook_file(autograded)  # the page and the formgrader show the notebook rebuilt from an allowlist
     _show_verdicts(autograded, decided)
     phases.mark("rebuilt")
-    log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter=exporter_config()))
+    log.append(_nbgrader_step(GenerateFeedback, course_root, task, kernel, HTMLExporter=exporter_config(),
+                              GenerateFeedback=generate_feedback_config()))
     phases.mark("page")
     page = _page_within_the_crossing(
         (course_root / "feedback" / task.student / task.assignment / f"{task.assignment}.html").read_text(encoding="utf-8"))
