@@ -118,8 +118,12 @@ def submitted_timestamp(folder: Path) -> datetime.datetime | None:
     path = folder / "timestamp.txt"
     try:
         text = path.read_text(encoding="ascii").strip() if path.is_file() and not path.is_symlink() else ""
-        return parse_utc(text) if text else None
-    except (OSError, UnicodeDecodeError, ValueError, OverflowError):
+        # dateutil raises more than ValueError for a text it cannot read, its warnings among them (as errors
+        # under some filters): a submission's file must not stop the batch, so any of them means no time.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return parse_utc(text) if text else None
+    except Exception:  # noqa: BLE001 (see above)
         return None
 
 

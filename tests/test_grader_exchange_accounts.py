@@ -467,3 +467,26 @@ def test_each_students_newest_own_work_is_graded_and_the_impostor_is_named(tmp_p
     with open(course / "grades.csv", newline="") as handle:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
     assert scores == POINTS
+
+
+def test_a_timestamp_whose_zone_names_a_path_is_refused_and_the_class_is_collected(tmp_path, accounts, monkeypatch):
+    # A zone word reaches dateutil's gettz, which reads it as a path under the zone folder; for "..", dateutil
+    # raises its own warning as an error, which once stopped collect for every student. Under any warning
+    # filter, the folder is refused with its reason, and the others are collected.
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    alice, bob = accounts["alice"][1], accounts["bob"][1]
+    _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", alice, b'{"honest": 1}')
+    dotted = _inbound_folder(inbound, "bob", "2026-01-01 11:00:00 ..", bob, b'{"dotted": 1}')
+    for warning_filter in (None, "default", "ignore"):  # None: collect as the guide runs it, whose run it stopped
+        shutil.rmtree(out, ignore_errors=True)
+        if warning_filter is None:
+            monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+        else:
+            monkeypatch.setenv("PYTHONWARNINGS", warning_filter)
+        completed = _collect(exchange, roster, out, cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        assert "is not a timestamp" in _refused(completed.stdout).get(dotted.name, ""), completed.stdout
+        assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"honest": 1}'
+        assert not (out / "bob").exists()

@@ -6,6 +6,7 @@ in the grader) is reported once and graded again the next time, and so is a reco
 which they were, when its reason is one of the grader's failures.
 """
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -277,3 +278,20 @@ def test_answer_digests_are_read_from_the_graded_cells(tmp_path):
     digests = answer_digests(notebook, ["written", "absent"])
     assert set(digests) == {"written"} and len(digests["written"]) == 64
     assert answer_digests(tmp_path / "missing.ipynb", ["written"]) == {}
+
+
+@pytest.mark.parametrize("warning_filter", ["error", "ignore", "default"])
+def test_a_submissions_timestamp_that_the_parser_refuses_in_any_way_is_no_time(tmp_path, warning_filter):
+    # nbgrader's parser hands a zone word to dateutil, which raises its own warning for ".." (a path outside
+    # its zone folder): the time of such a file is none, whatever the process's filters, and never an exception
+    # in the batch's process.
+    import warnings
+
+    from autograder.gradebook import submitted_timestamp
+
+    (tmp_path / "timestamp.txt").write_text("2026-01-01 11:00:00 ..", encoding="ascii")
+    with warnings.catch_warnings():
+        warnings.simplefilter(warning_filter)
+        assert submitted_timestamp(tmp_path) is None
+    (tmp_path / "timestamp.txt").write_text("2026-01-01 11:00:00.250000 UTC", encoding="ascii")
+    assert submitted_timestamp(tmp_path) == datetime.datetime(2026, 1, 1, 11, 0, 0, 250000)

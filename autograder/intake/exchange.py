@@ -55,6 +55,7 @@ import shlex
 import shutil
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +69,12 @@ MAX_COLLECTED_BYTES = 2 * 1024**3  # notebooks written into DIR by one collect, 
 MAX_ROSTER_BYTES = 10 * 1024**2
 # nbgrader refuses '+' and '*' in a student id it is given; the folder's name separates its fields by '+'.
 STUDENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}")
-_TIMESTAMP_TEXT = re.compile(r"[0-9][0-9 :.+\-A-Za-z]{0,60}")
+# What nbgrader's submit writes with its timestamp_format ("%Y-%m-%d %H:%M:%S.%f %Z") in any time zone a student
+# may configure: the zone as a name of letters (UTC, CET) or an offset, or none. A zone word reaches dateutil's
+# gettz, which reads it as a path under the system's zone folder: letters alone name no other place.
+_TIMESTAMP_TEXT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?( ([A-Za-z]{1,10}|[+-][0-9]{2}:?[0-9]{2}))?"
+)
 _SECRET = re.compile(r"[0-9a-f]{16,160}")
 
 
@@ -138,11 +144,15 @@ def parse_utc(text: str) -> datetime.datetime:
     from nbgrader.utils import parse_utc as nbgrader_parse_utc
 
     if not _TIMESTAMP_TEXT.fullmatch(text):
-        raise ValueError(f"{shown(text)!r} is not a timestamp")
+        raise ValueError(f"{shown(text)!r} is not a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff] [ZONE])")
     try:
-        return nbgrader_parse_utc(text)
-    except (ValueError, OverflowError, TypeError) as error:
-        raise ValueError(f"{shown(text)!r} is not a timestamp ({error})") from error
+        # A warning the parser gives is an error here, whatever the process's filters: a text it only warns
+        # about is not a time to record.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return nbgrader_parse_utc(text)
+    except Exception as error:  # dateutil raises more than ValueError: its warnings, as errors
+        raise ValueError(f"{shown(text)!r} is not a timestamp ({type(error).__name__})") from error
 
 
 def inbound_record(name: str, assignment: str) -> Inbound | None:
