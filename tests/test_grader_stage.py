@@ -209,7 +209,13 @@ def test_an_answer_past_the_bytes_the_worker_reads_loses_its_page_then_its_outpu
     assert "This feedback page was not kept" in without_page.feedback and wide in without_page.autograded
     without_outputs = answered(2_000)
     assert wide not in without_outputs.autograded and without_outputs.items is not None
-    assert without_outputs.notes[-1].startswith("the notebook's outputs were left out")
+    assert without_outputs.notes[0].startswith("the notebook's outputs were left out")
+    # Round 22: a student whose notes fill the crossing's count still gets the note, first.
+    graded["notes"] = [f"note {index}" for index in range(crossing.MAX_NOTES)]
+    full = answered(6_000)
+    assert wide not in full.autograded and len(full.notes) == crossing.MAX_NOTES
+    assert full.notes[0].startswith("the notebook's outputs were left out")
+    graded["notes"] = []
     reason = answered(100)
     assert reason.items is None and reason.reason.startswith("the graded notebook and its page came to more")
 

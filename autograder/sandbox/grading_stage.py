@@ -107,7 +107,8 @@ def _within_the_response(answer: dict) -> dict:
             cell.outputs = []
     left_out = ("the notebook's outputs were left out of the copy the instructor sees: with them, the graded "
                 "notebook and its page were too large to send")
-    notes = _within_the_crossing({"notes": [*answer["notes"], left_out]})["notes"]
+    # First: a student's own notes can fill the crossing's count, and the cut keeps the first ones.
+    notes = _within_the_crossing({"notes": [left_out, *answer["notes"]]})["notes"]
     answer = {**answer, "autograded": nbformat.writes(notebook), "notes": notes}
     if _response_bytes(answer) <= RESPONSE_BUDGET:
         return answer
@@ -118,9 +119,10 @@ def _within_the_response(answer: dict) -> dict:
 
 def _response_bytes(answer: dict) -> int:
     """The bytes of ``answer`` as the stage sends it (ASCII JSON), or a bound above them where that bound is
-    within the budget (12 bytes a character: a surrogate pair's two escapes), so that most answers are not
-    encoded twice."""
-    bound = sum(12 * len(value) for value in answer.values() if isinstance(value, str)) + 4 * 1024 * 1024
+    within the budget (12 bytes a character of its texts, notes and items: a surrogate pair's two escapes), so
+    that most answers are not encoded twice."""
+    texts = [value for value in answer.values() if isinstance(value, str)] + list(answer.get("notes") or [])
+    bound = sum(12 * len(text) for text in texts) + 12 * len(json.dumps(answer.get("items") or [])) + 4 * 1024 * 1024
     return bound if bound <= RESPONSE_BUDGET else len(json.dumps(answer, ensure_ascii=True))
 
 
