@@ -490,3 +490,15 @@ def test_a_timestamp_whose_zone_names_a_path_is_refused_and_the_class_is_collect
         assert "is not a timestamp" in _refused(completed.stdout).get(dotted.name, ""), completed.stdout
         assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"honest": 1}'
         assert not (out / "bob").exists()
+
+
+def test_a_roster_that_names_a_student_submitted_is_refused(tmp_path):
+    # grade reads a class folder that holds one folder named submitted alone as nbgrader's folder of submissions.
+    from autograder.intake.exchange import read_roster
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,account\nalice,alice\nsubmitted,bob\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 3: student_id 'submitted' is reserved"):
+        read_roster(roster)
+    roster.write_text("student_id,account\nalice,alice\nsubmitted2,bob\n", encoding="utf-8")
+    assert read_roster(roster) == {"alice": "alice", "submitted2": "bob"}

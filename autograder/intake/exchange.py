@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
+from autograder.intake.zip_tree import WRAPPER_FOLDER
 from autograder.student.safe_files import Folder, Refused, account_name, shown
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
@@ -72,6 +73,7 @@ STUDENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}")
 # What nbgrader's submit writes with its timestamp_format ("%Y-%m-%d %H:%M:%S.%f %Z") in any time zone a student
 # may configure: the zone as a name of letters (UTC, CET) or an offset, or none. A zone word reaches dateutil's
 # gettz, which reads it as a path under the system's zone folder: letters alone name no other place.
+RESERVED_STUDENT_ID = WRAPPER_FOLDER  # nbgrader's folder of submissions, which grade's intake reads as such
 _TIMESTAMP_TEXT = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?( ([A-Za-z]{1,10}|[+-][0-9]{2}:?[0-9]{2}))?"
 )
@@ -105,7 +107,8 @@ def read_roster(path: Path) -> dict[str, str]:
 
     Raises:
         ValueError: the file is missing or too large, its header is not ``student_id,account``, or a row has
-            an empty field, a student id that is not a valid one, or a student listed twice.
+            an empty field, a student id that is not a valid one or is reserved (:data:`RESERVED_STUDENT_ID`), or
+            a student listed twice.
     """
     try:
         text = Path(path).read_bytes()[: MAX_ROSTER_BYTES + 1].decode("utf-8-sig")
@@ -128,6 +131,11 @@ def read_roster(path: Path) -> dict[str, str]:
             raise ValueError(
                 f"roster {str(path)!r}, line {number}: student_id {student!r} is not a valid one "
                 "(letters, digits, _.@-)"
+            )
+        if student == RESERVED_STUDENT_ID:
+            raise ValueError(
+                f"roster {str(path)!r}, line {number}: student_id {student!r} is reserved: `grade` reads a class "
+                "folder that holds one folder of that name alone as nbgrader's folder of submissions"
             )
         if student in roster:
             raise ValueError(f"roster {str(path)!r}, line {number}: student_id {student!r} is listed twice")
