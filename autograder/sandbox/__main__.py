@@ -6,7 +6,7 @@ An entry of its own, so that the processes the stage spawns (the verdicts' check
 import sys
 
 from autograder.sandbox import phases
-from autograder.sandbox.stand_ins import stand_in_for_nbgrader_server_extensions
+from autograder.sandbox.stand_ins import check_nbgrader_schemas_once, stand_in_for_nbgrader_server_extensions
 
 phases.mark("main")  # before the stage's imports, which the profile counts apart (autograder.sandbox.phases)
 # jsonschema, which nbformat imports, registers an IRI format checker when rfc3987_syntax is installed (as
@@ -15,6 +15,7 @@ phases.mark("main")  # before the stage's imports, which the profile counts apar
 # jsonschema leaves that one format unchecked.
 sys.modules.setdefault("rfc3987_syntax", None)
 stand_in_for_nbgrader_server_extensions()
+check_nbgrader_schemas_once()
 
 from autograder.sandbox.stage import main
 
