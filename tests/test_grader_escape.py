@@ -355,9 +355,28 @@ def test_clean_html_keeps_mathml_and_drops_its_links_styles_and_handlers():
     )
     assert clean_html(hostile) == (
         '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">'
-        '<mrow><mi mathvariant="bold">x</mi><mspace width="1em" mathbackground="black"></mspace><mi>y</mi>'
+        '<mrow><mi mathvariant="bold">x</mi><mspace width="1em"></mspace><mi>y</mi>'
         "<mtext>alert(2)</mtext>z</mrow></math><math></math>"
     )
+
+
+def test_a_formula_cannot_paint_or_reach_over_the_page():
+    # Round 23: a hand-written formula with a painted box, far offsets and sizes covered other cells of the
+    # formgrader's page, which does not clip a cell. No background, and lengths within a few lines.
+    painted = (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML"><mpadded voffset="-40em" width="600em" height="80em" '
+        'lspace="-30em" mathbackground="#ffffff"><mtext mathsize="900%">2 / 2</mtext></mpadded>'
+        '<mspace width="9000px" height="10pt"></mspace></math>'
+    )
+    assert clean_html(painted) == (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML"><mpadded><mtext>2 / 2</mtext></mpadded>'
+        '<mspace height="10pt"></mspace></math>'
+    )
+    # What latex2mathml writes for the course's own spacing, sizes and delimiters stays.
+    for tex in (r"a\,b\;c\quad d\qquad e", r"\Bigg( x \Bigg)", r"\mathbf{x}"):
+        converted = tex_to_mathml(tex, display=False)
+        attributes = re.compile(r'\s([a-z]+)="([^"]*)"')
+        assert attributes.findall(clean_html(converted)) == attributes.findall(converted), tex
 
 
 def test_active_outputs_are_replaced_by_their_text_or_a_notice():

@@ -51,17 +51,32 @@ MATHML_ATTRIBUTES = {
     "columnspacing": _LENGTH, "depth": _LENGTH, "height": _LENGTH, "linethickness": _LENGTH,
     "lspace": _LENGTH, "mathsize": _LENGTH, "maxsize": _LENGTH, "minsize": _LENGTH, "rowspacing": _LENGTH,
     "rspace": _LENGTH, "scriptlevel": _LENGTH, "voffset": _LENGTH, "width": _LENGTH,
-    "mathcolor": _COLOUR, "mathbackground": _COLOUR,
+    "mathcolor": _COLOUR,
 }  # fmt: skip
+# No background: a formula is drawn where its box is, and a box that is painted could hide what lies beside it
+# on a page whose template does not clip a cell (nbgrader's formgrade page). Lengths are bounded for the same
+# reason: a formula may reach a few lines beyond its place, not over the page. The course's own formulas write
+# at most 2em (\qquad).
+_LENGTH_NUMBER = re.compile(r"([-+]?[0-9]{0,4}(?:\.[0-9]{1,4})?)(em|ex|px|pt|mu|%)?")
+MAX_LENGTH = {"em": 10.0, "ex": 20.0, "mu": 180.0, "px": 160.0, "pt": 120.0, "%": 400.0, None: 10.0}
+
+
+def _bounded_lengths(value: str) -> bool:
+    for number, unit in _LENGTH_NUMBER.findall(value):
+        if number.strip("+-") and abs(float(number)) > MAX_LENGTH[unit or None]:
+            return False
+    return True
 
 
 def allowed_mathml_attribute(name: str, value: str) -> bool:
     """Whether ``name="value"`` is a presentation attribute latex2mathml writes, with a value of its shape
-    (``xmlns`` only as the MathML namespace)."""
+    (``xmlns`` only as the MathML namespace), lengths within :data:`MAX_LENGTH`, and no background colour."""
     if name == "xmlns":
         return value == MATHML_NAMESPACE
     pattern = MATHML_ATTRIBUTES.get(name)
-    return pattern is not None and pattern.fullmatch(value) is not None
+    if pattern is None or pattern.fullmatch(value) is None:
+        return False
+    return pattern is not _LENGTH or _bounded_lengths(value)
 
 
 # TeX's escaped characters in text mode as they stand in latex2mathml's <mtext>, where a space is already the
