@@ -162,6 +162,7 @@ def _grade_output_problem(out: Path) -> str | None:
     a file, a folder that cannot be created, or a place inside the course's packages, which the student edition
     and the kernels copy (a student's notebook must never land there)."""
     from autograder import COURSE_DIRECTORY, REPOSITORY
+    from autograder.course_directory import private_folder
 
     resolved = Path(out).resolve()
     for package in (COURSE_DIRECTORY, REPOSITORY / "posenc_ref"):
@@ -170,7 +171,7 @@ def _grade_output_problem(out: Path) -> str | None:
     if resolved.exists() and not resolved.is_dir():
         return f"--out must be a folder (new or existing), got {out}, which is a file"
     try:
-        resolved.mkdir(parents=True, exist_ok=True)
+        private_folder(resolved)  # the instructor's alone when new (warned about above when it exists)
     except OSError as error:
         return f"--out {out} cannot be created: {error.strerror or error}"
     return None
@@ -237,8 +238,25 @@ def _collect_command(arguments: argparse.Namespace) -> int:
     return 0
 
 
+# The commands that write the instructor's side into --out: the answer key and hidden tests, the gradebook,
+# every student's work, nbgrader's secrets (autograder.course_directory.private_folder).
+PRIVATE_COMMANDS = ("grade", "collect", "course", "feedback", "formgrader")
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
+    if arguments.command in PRIVATE_COMMANDS:
+        from autograder.course_directory import private_folder
+        from autograder.feedback.escape import report_text
+
+        # course makes its --out here; grade and collect check what they are given before they make theirs;
+        # formgrader and feedback read grade's.
+        try:
+            for warning in private_folder(arguments.out, create=arguments.command == "course"):
+                print(report_text(f"{arguments.command}: {warning}"), file=sys.stderr)
+        except OSError as error:
+            print(report_text(f"{arguments.command}: --out {arguments.out} cannot be made: {error}"), file=sys.stderr)
+            return 2
     if arguments.command == "release":
         from autograder.authoring.release import release, stale
 

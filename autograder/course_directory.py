@@ -81,6 +81,31 @@ def start_course(out: Path, assignments: Iterable[str] = ASSIGNMENTS) -> list[Pa
     return written
 
 
+def private_folder(path: Path, *, create: bool = True) -> list[str]:
+    """Where the instructor's commands write (``--out``): made when missing (with ``create``) as the
+    instructor's account's alone (0700), since it will hold the answer key, the hidden tests, the gradebook,
+    every student's work and nbgrader's secrets, and on a machine where students have accounts (nbgrader's
+    exchange) the folders above it may let them through. An existing folder keeps its mode (a course shared
+    with a group stays shared); the warnings returned name one that other accounts can enter or read.
+
+    Raises:
+        OSError: the folder could not be made.
+    """
+    path = Path(path)
+    if not path.exists():
+        if create:
+            path.mkdir(parents=True)
+            path.chmod(0o700)
+        return []
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not path.is_dir() or not mode & 0o077:
+        return []
+    return [(
+        f"{path} can be entered by accounts other than yours (mode {mode:04o}): the answer key, the gradebook "
+        f"and every student's work will be there; `chmod go= {path}` keeps them yours alone"
+    )]
+
+
 def configured_db_url(out: Path) -> str:
     """The gradebook named in ``out/nbgrader_config.py`` (written by ``grade``).
 

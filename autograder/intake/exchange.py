@@ -59,7 +59,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES
+from autograder.course_directory import MAX_EXCHANGE_FILE_BYTES, private_folder
 from autograder.intake.zip_tree import WRAPPER_FOLDER
 from autograder.student.safe_files import Folder, Refused, account_name, shown
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
@@ -453,7 +453,7 @@ def collect(
     inbound = open_inbound(exchange, course_id)
     collected = Collected()
     written = 0
-    out.mkdir(parents=True, exist_ok=True)
+    private_folder(out)  # the instructor's alone when new: it holds every student's work and nbgrader's secrets
     with inbound:
         for record in _listing(inbound, assignment, roster, uids, collected):
             if record.student in collected.accepted:
@@ -607,7 +607,7 @@ def _write(destination: Path, files: _Files, now: datetime.datetime) -> None:
     seconds = now.replace(tzinfo=datetime.UTC).timestamp()
     os.utime(staging / "timestamp.txt", (seconds, seconds))
     (staging / "submission_secret.txt").write_bytes(files.secret)
-    staging.chmod(0o755)
+    staging.chmod(0o700)  # the instructor's alone: it holds nbgrader's secret
     if destination.is_dir() and not destination.is_symlink():
         shutil.rmtree(destination)
     elif destination.exists() or destination.is_symlink():
