@@ -1,10 +1,12 @@
 """One submission through the stages after the intake, as the grader's worker sees them.
 
 :func:`grade_task` is the one code path that grades a submission, whichever executor runs it. The worker
-never reads what the student sent: it starts the grading stage (:mod:`autograder.sandbox.stage`) in a
-sandbox of its own, in the kernel's control group when the machine has them, hands it the task and the
-path of the student's notebook, and takes back one bounded JSON answer, which :mod:`autograder.sandbox.crossing`
-checks before it becomes a :class:`autograder.types.Result` and files:
+never reads what the student sent: it has the submission graded by a grading stage (:mod:`autograder.sandbox.stage`)
+in a sandbox of its own, in the worker's control groups when the machine has them: forked, with namespaces of its
+own, from the worker's warm stage (:mod:`autograder.sandbox.warm_stage`, started at its first submission), or,
+without bubblewrap, a new process. It hands the stage the task and the student's notebook, and takes back one
+bounded JSON answer, which :mod:`autograder.sandbox.crossing` checks before it becomes a
+:class:`autograder.types.Result` and files:
 
 - the feedback page: the Content-Security-Policy first (:mod:`autograder.feedback.escape`), whatever the
   stage wrote, then the grader's notes, escaped;
@@ -48,7 +50,9 @@ from autograder.sandbox.stage import (
     bwrap_stage_argv,
     run_stage,
     stage_environment,
+    stage_seconds,
 )
+from autograder.sandbox.warm_stage import WarmStage
 from autograder.types import Result, Task, zero_items
 
 MEGABYTE = 1024 * 1024
@@ -149,38 +153,114 @@ def _kernel_namespace(log: list[str]) -> int | None:
     return descriptor
 
 
-def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float], log: list[str]) -> StageOutcome:
-    released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
+@dataclass
+class ServerContext:
+    """What a worker keeps with its warm stage's server (:mod:`autograder.sandbox.warm_stage`): the control
+    groups its submissions run in, one at a time, and the lines each submission's log begins with."""
+
+    groups: Groups | None
+    log: tuple[str, ...]
+
+    def close(self) -> None:
+        if self.groups is not None:
+            self.groups.remove()
+
+
+_SERVER: WarmStage | None = None  # this worker's
+
+
+def _server_key(task: Task) -> tuple:
+    """What a server is started for: the template course (and which folder it is), the kernelspec, the kernel's
+    view, the limits and whether control groups are used; a task that differs in any needs another server."""
+    template = task.template.stat()
+    return (str(task.template), template.st_dev, template.st_ino, str(task.jupyter), task.kernel_view, task.limits,
+            task.use_cgroup)
+
+
+def _warm_server(task: Task) -> WarmStage:
+    """This worker's server for ``task``, started when there is none for it (or the one there is has ended).
+
+    Raises:
+        OSError: the control groups could not be made, or the server did not start.
+        NoKernelAccount: see :func:`_kernel_namespace`.
+    """
+    global _SERVER
+    key = _server_key(task)
+    if _SERVER is not None and (_SERVER.key != key or not _SERVER.alive()):
+        _SERVER.close()
+        _SERVER = None
+    if _SERVER is not None:
+        return _SERVER
     jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
-    size = task.notebook.stat().st_size
-    kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
+    groups = _groups(task)
     namespace = None
-    if task.use_bwrap:
-        request = StageRequest(task, released, ROOT, True, size, kernel_group)
+    try:
+        log: list[str] = []
         namespace = _kernel_namespace(log)
+        kernel_group = () if groups is None else groups.kernel.folders
         argv = bwrap_stage_argv(
-            task.template, jupyter, task.notebook,
+            task.template, jupyter,
             extra=(Path(task.kernel_view),) if task.kernel_view else (),
-            writable=tuple(Path(folder) / "cgroup.procs" for folder in (kernel_group or (0, ()))[1]),
+            writable=tuple(Path(folder) / "cgroup.procs" for folder in kernel_group),
             user_namespace=namespace,
         )
-        environment, cwd = stage_environment(jupyter, HOME), None
-    else:
-        root = task.directory / "grading"
-        (root / "home").mkdir(parents=True)
-        request = StageRequest(task, released, str(root), False, size, kernel_group)
-        argv = [sys.executable, "-m", "autograder.sandbox"]
-        environment, cwd = stage_environment(jupyter, str(root / "home")), str(root)
-    marks["spawned"] = time.monotonic()
-    try:
-        outcome = run_stage(
-            pickle.dumps(request), argv, environment, task.limits, cwd=cwd,
+        _SERVER = WarmStage.start(
+            key, argv, stage_environment(jupyter, HOME), task.limits,
             join_group=None if groups is None else groups.stage.join,
-            pass_fds=() if namespace is None else (namespace,),
+            pass_fds=() if namespace is None else (namespace,), context=ServerContext(groups, tuple(log)),
         )
+    except BaseException:
+        if groups is not None:
+            groups.remove()
+        raise
     finally:
         if namespace is not None:
             os.close(namespace)
+    return _SERVER
+
+
+def _grade_warm(task: Task, marks: dict[str, float], log: list[str]) -> tuple[StageOutcome, str]:
+    """Grade ``task`` in a child of this worker's server; the stage's outcome and the note of the kernel's
+    memory limit, if it was reached during this submission."""
+    server = _warm_server(task)
+    context: ServerContext = server.context
+    log += context.log
+    groups = context.groups
+    before = None if groups is None else (groups.kernel.memory_limit_hits(), groups.whole.memory_limit_hits())
+    kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
+    released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
+    request = StageRequest(task, released, ROOT, True, task.notebook.stat().st_size, kernel_group)
+    marks["spawned"] = time.monotonic()
+    outcome = server.grade(pickle.dumps(request), task.notebook, stage_seconds(task.limits))
+    marks["exited"] = time.monotonic()
+    hit = groups is not None and (groups.kernel.memory_limit_hits(), groups.whole.memory_limit_hits()) != before
+    note = f"the kernel reached its memory limit ({task.limits.memory_mb} MB) and a process of it was ended"
+    return outcome, note if hit else ""
+
+
+def _stage_outcome(task: Task, groups: Groups | None, marks: dict[str, float], log: list[str]) -> tuple[StageOutcome, str]:
+    """The outcome of ``task``'s grading stage, warm in bubblewrap, cold without (``groups``: a cold stage's), and
+    the note of the kernel's memory limit if the kernel reached it."""
+    if task.use_bwrap:
+        return _grade_warm(task, marks, log)
+    return _start_stage(task, groups, marks, log), _memory_note(task, groups)
+
+
+def _start_stage(task: Task, groups: Groups | None, marks: dict[str, float], log: list[str]) -> StageOutcome:
+    """A cold stage without bubblewrap (``--no-sandbox``): a new process under the same limits, its folders on
+    the grader's disk."""
+    released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"
+    jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
+    kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
+    root = task.directory / "grading"
+    (root / "home").mkdir(parents=True)
+    request = StageRequest(task, released, str(root), False, task.notebook.stat().st_size, kernel_group)
+    marks["spawned"] = time.monotonic()
+    outcome = run_stage(
+        pickle.dumps(request), [sys.executable, "-m", "autograder.sandbox"],
+        stage_environment(jupyter, str(root / "home")), task.limits, cwd=str(root),
+        join_group=None if groups is None else groups.stage.join,
+    )
     marks["exited"] = time.monotonic()
     return outcome
 
@@ -193,7 +273,7 @@ def grade_task(task: Task) -> Result:
     try:
         task.directory.mkdir(parents=True, exist_ok=True)
         try:
-            groups = _groups(task)
+            groups = None if task.use_bwrap else _groups(task)  # a warm stage's are its server's
         except OSError as error:
             log += log_lines("grader", f"the kernel's control group could not be made: {error}")
             return write_ungraded(task, "the grader could not make the kernel's control group", grader_failure=True)
@@ -201,12 +281,15 @@ def grade_task(task: Task) -> Result:
         # which a worker imports once, where each stage would import it again.
         task = dataclasses.replace(task, student_splits=students_splits(task))
         try:
-            outcome = _start_stage(task, groups, marks, log)
+            outcome, memory_note = _stage_outcome(task, groups, marks, log)
         except NoKernelAccount as error:
             log += log_lines("grader", f"no kernel was started: {error}")
             return write_ungraded(task, f"the grader could not give the kernel an account of its own ({error})",
                                   grader_failure=True)
-        result = _accept(task, outcome, _memory_note(task, groups), log, marks)
+        except OSError as error:  # the warm stage's control groups or server
+            log += log_lines("grader", f"the grading stage could not start: {error}")
+            return write_ungraded(task, "the grader could not start its grading stage", grader_failure=True)
+        result = _accept(task, outcome, memory_note, log, marks)
         marks["done"] = time.monotonic()
         return dataclasses.replace(result, seconds=phase_seconds(marks))
     except Exception:  # noqa: BLE001 (a grader bug must not stop the batch; the log keeps the traceback)

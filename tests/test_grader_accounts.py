@@ -97,13 +97,11 @@ def test_in_a_stage_with_the_kernel_s_account_its_processes_and_threads_are_hidd
     started after the stage entered."""
     from autograder.sandbox import stage
 
-    notebook = tmp_path / "submitted.ipynb"
-    notebook.write_text("{}")
     jupyter = tmp_path / "jupyter"
     jupyter.mkdir()
     descriptor = accounts.user_namespace(accounts.kernel_account())
     try:
-        argv = stage.bwrap_stage_argv(tmp_path, jupyter, notebook, user_namespace=descriptor)[:-3]
+        argv = stage.bwrap_stage_argv(tmp_path, jupyter, user_namespace=descriptor)[:-3]
         prologue = "from autograder.sandbox.stage import enter\nfrom autograder.sandbox.launcher import Limits\nenter(Limits(), 100)\n"
         done = subprocess.run(
             [*argv, sys.executable, "-c", prologue + f"LAUNCHED = {LAUNCHED!r}\n" + STAGE_SCRIPT], env=stage.stage_environment(jupyter, stage.HOME),

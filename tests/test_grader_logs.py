@@ -67,7 +67,7 @@ def test_the_log_file_marks_the_kernel_s_lines_and_nbgrader_s(tmp_path, monkeypa
         "log": f"[AutogradeApp] converting\n{HOSTILE}", "kernel_log": f"printed by the kernel\n{HOSTILE}\n",
     }
     outcome = stage.StageOutcome(json.dumps(answer).encode("ascii"), b"stage's \x1b[31mown\x1b[0m", 0)
-    monkeypatch.setattr("autograder.pipeline._start_stage", lambda task, groups, marks, log: outcome)
+    monkeypatch.setattr("autograder.pipeline._stage_outcome", lambda task, groups, marks, log: (outcome, ""))
     result = grade_task(_task(tmp_path))
     assert result.reason is None
     raw = (tmp_path / "logs" / "ada" / "01_permutation.log").read_bytes()

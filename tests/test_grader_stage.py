@@ -281,11 +281,9 @@ needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap can
 
 def _in_stage(tmp_path: Path, script: str, limits: Limits) -> subprocess.CompletedProcess:
     """Run ``script`` where the grading stage runs, after :func:`autograder.sandbox.stage.enter`."""
-    notebook = tmp_path / "submitted.ipynb"
-    notebook.write_text("{}")
     jupyter = tmp_path / "jupyter"
     jupyter.mkdir()
-    argv = bwrap_stage_argv(tmp_path, jupyter, notebook)[:-3]
+    argv = bwrap_stage_argv(tmp_path, jupyter)[:-3]
     prologue = f"from autograder.sandbox.stage import enter\nfrom autograder.sandbox.launcher import Limits\nenter(Limits(**{limits.__dict__!r}), 100)\n"
     return subprocess.run(
         [*argv, sys.executable, "-c", prologue + textwrap.dedent(script)],

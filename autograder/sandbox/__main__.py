@@ -17,6 +17,11 @@ sys.modules.setdefault("rfc3987_syntax", None)
 stand_in_for_nbgrader_server_extensions()
 check_nbgrader_schemas_once()
 
-from autograder.sandbox.stage import main
+if sys.argv[1:2] == ["--warm"]:  # the server of warm stages (autograder.sandbox.warm_stage)
+    from autograder.sandbox.warm_stage import serve
 
-main()
+    serve(int(sys.argv[2]))
+else:
+    from autograder.sandbox.stage import main
+
+    main()

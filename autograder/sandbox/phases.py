@@ -20,8 +20,8 @@ STAGE_MARKS = ("main", "imported", "read", "copied", "kernel_starting", "kernel_
                "autograded", "decided", "rebuilt", "page")
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("expected values", "begun", "spawned"),  # the worker's: this student's varied items, the control groups
-    ("stage start-up", "spawned", "main"),  # sandbox, Python and its site packages
-    ("stage imports", "main", "imported"),  # the grading stage's modules, nbgrader's converters
+    ("stage start-up", "spawned", "main"),  # a warm stage's fork and namespaces; a cold one's sandbox and Python
+    ("stage imports", "main", "imported"),  # a cold stage's modules, nbgrader's converters (a warm one has them)
     ("read and repair", "imported", "read"),  # the notebook checked against its release
     ("course copy", "read", "copied"),
     ("nbgrader before the kernel", "copied", "kernel_starting"),

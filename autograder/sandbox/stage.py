@@ -7,16 +7,19 @@ rendering of the feedback page (:mod:`autograder.sandbox.grading_stage`). The wo
 student's bytes, and takes back one JSON document of bounded size, which :mod:`autograder.sandbox.crossing` checks
 field by field before anything of it is used.
 
-The worker starts the stage (:func:`run_stage`) as
+The worker starts one sandbox for its stages (:mod:`autograder.sandbox.warm_stage`) as
 
-    bwrap --unshare-all --die-with-parent --new-session --uid 0 --gid 0 --cap-drop ALL --cap-add CAP_SYS_ADMIN
+    bwrap --unshare-all --die-with-parent --new-session --uid 0 --gid 0 --cap-drop ALL
+          --cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP --cap-add CAP_NET_ADMIN
           --ro-bind <the system, the Python installation, the course's packages, the template course>
-          --ro-bind <the student's notebook> --dir /grading --remount-ro /
-          python -m autograder.sandbox
+          --dir /grading --remount-ro /
+          python -m autograder.sandbox --warm FD
 
-with resource limits (address space, CPU seconds, file size; its control group when the machine has them)
-and a wall-clock limit past which its whole process group is killed. Inside, before it reads anything
-(:func:`enter`), the stage mounts the two size- and file-count-capped folders it may write to:
+with resource limits (address space, CPU seconds, file size; its control group when the machine has them),
+and forks each submission's stage from it: the fork leaves the sandbox's namespaces for new ones of its own,
+then runs :func:`main` with the student's notebook as an open file; past a wall-clock limit the whole sandbox
+is killed. Inside, before it reads anything (:func:`enter`), the stage mounts the two size- and
+file-count-capped folders it may write to:
 
 - ``/grading``: nbgrader's course directory (the copy of the template course, the autograded notebook, the
   feedback page);
@@ -36,6 +39,7 @@ limits, its folders on the grader's disk, uncapped; the grader says so on the te
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import json
 import os
@@ -94,9 +98,9 @@ def stage_seconds(limits: Limits) -> int:
 
 
 def stage_quota_bytes(limits: Limits, notebook_bytes: int) -> int:
-    """Bytes of ``/grading``: the course copy (four copies of the notebook at most: submitted, autograded,
-    the cleaned copy, the feedback page) and the gradebook."""
-    return 4 * notebook_bytes + 4 * limits.notebook_output_kb * 1024 + 64 * MEGABYTE
+    """Bytes of ``/grading``: the course copy (five copies of the notebook at most: as received by a warm stage,
+    submitted, autograded, the cleaned copy, the feedback page) and the gradebook."""
+    return 5 * notebook_bytes + 4 * limits.notebook_output_kb * 1024 + 64 * MEGABYTE
 
 
 def kernel_quota_bytes(limits: Limits) -> int:
@@ -131,17 +135,17 @@ def _inside(path: str, folder: str) -> bool:
 def bwrap_stage_argv(
     template: Path,
     jupyter: Path,
-    notebook: Path,
     extra: tuple[Path, ...] = (),
     writable: tuple[Path, ...] = (),
     user_namespace: int | None = None,
 ) -> list[str]:
-    """The bwrap command line of a stage: read-only the system, Python, the course's packages, the template
-    course with its kernelspec, the student's notebook and the ``extra`` folders (the kernel's view of the
-    course); writable the ``writable`` files (the kernel's ``cgroup.procs``), and nothing else until
-    :func:`enter` mounts ``/grading``. ``user_namespace``: a descriptor of the namespace that maps the kernel's
-    account (:func:`autograder.sandbox.accounts.user_namespace`; the caller passes it to bwrap), or None for a
-    new one with the caller's user alone."""
+    """The bwrap command line of the stages' sandbox (the server of :mod:`autograder.sandbox.warm_stage`, whose
+    children are the stages): read-only the system, Python, the course's packages, the template course with its
+    kernelspec and the ``extra`` folders (the kernel's view of the course), no student's file; writable the
+    ``writable`` files (the kernel's ``cgroup.procs``), and nothing else until :func:`enter` mounts ``/grading``.
+    ``user_namespace``: a descriptor of the namespace that maps the kernel's account
+    (:func:`autograder.sandbox.accounts.user_namespace`; the caller passes it to bwrap), or None for a new one with
+    the caller's user alone."""
     argv = [shutil.which("bwrap") or "bwrap"]
     # Every namespace but the control groups': the kernel's launcher moves the kernel into its group (a sibling
     # of the stage's, which a namespace rooted at the stage's group would refuse).
@@ -152,14 +156,15 @@ def bwrap_stage_argv(
     argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session"]
     # CAP_SYS_ADMIN for the two mounts, CAP_SETPCAP to empty the bounding set after them (drop_privileges).
     # What the kernel's launcher and nbgrader need stays (kept_capabilities).
-    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    # CAP_NET_ADMIN for each stage to put up the loopback of its own network namespace (warm_stage).
+    argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_NET_ADMIN"]
     kept = ("CAP_SETFCAP",) if user_namespace is None else ("CAP_KILL", "CAP_SETUID", "CAP_SETGID")
     for capability in kept:
         argv += ["--cap-add", capability]
     # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
     # that insist.
     argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", "--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
-    readable = [*stage_readable_folders(), *(os.path.realpath(path) for path in (template, jupyter, notebook, *extra))]
+    readable = [*stage_readable_folders(), *(os.path.realpath(path) for path in (template, jupyter, *extra))]
     # The folders that lead to what is bound, made here rather than by bwrap (which makes them 0700): the
     # kernel's launcher, once it is the kernel's account, passes through them to /etc, Python and the kernel's view.
     etc = [f"/etc/{name}" for name in ETC_FILES]
@@ -413,15 +418,26 @@ def enter(limits: Limits, notebook_bytes: int) -> None:
     drop_privileges(kept_capabilities(kernel_account))
 
 
-def main() -> NoReturn:
+def main(received: tuple[int, str] | None = None) -> NoReturn:
     """``python -m autograder.sandbox``: a pickled :class:`autograder.sandbox.grading_stage.StageRequest` on
     standard input (written by the worker, which is trusted), the response as JSON on standard output; then the
-    process ends at once, with exit code 0."""
+    process ends at once, with exit code 0. ``received``: in a warm stage's child
+    (:mod:`autograder.sandbox.warm_stage`), the student's notebook as an open file and the path in ``/grading``
+    it is copied to, once that folder is mounted, and graded from."""
     from autograder.sandbox.grading_stage import grade_in_stage
+    from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
     request = pickle.loads(sys.stdin.buffer.read())
     if request.sandboxed:
         enter(request.task.limits, request.notebook_bytes)
+    if received is not None:
+        from autograder.sandbox.warm_stage import keep_received
+
+        descriptor, path = received
+        # One byte past the cap, so that the reading of the notebook says it is too large.
+        keep_received(descriptor, path, MAX_NOTEBOOK_BYTES + 1)
+        task = dataclasses.replace(request.task, notebook=Path(path))
+        request = dataclasses.replace(request, task=task)
     # The answer has standard output to itself: whatever else prints there (a library, nbgrader) goes to
     # standard error instead.
     answer = os.fdopen(os.dup(1), "wb")
