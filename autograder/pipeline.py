@@ -219,6 +219,17 @@ def _warm_server(task: Task) -> WarmStage:
     return _SERVER
 
 
+def _wait_until_empty(group: cgroups.KernelGroup, seconds: float = 5.0) -> None:
+    """Wait until ``group`` holds no process (the system ends a namespace's processes, then frees what they held,
+    a little after its first process ended), at most ``seconds``; then kill what is left."""
+    deadline = time.monotonic() + seconds
+    while group.pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for pid in group.pids():
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+
+
 def _grade_warm(task: Task, marks: dict[str, float], log: list[str]) -> tuple[StageOutcome, str]:
     """Grade ``task`` in a child of this worker's server; the stage's outcome and the note of the kernel's
     memory limit, if it was reached during this submission."""
@@ -226,6 +237,8 @@ def _grade_warm(task: Task, marks: dict[str, float], log: list[str]) -> tuple[St
     context: ServerContext = server.context
     log += context.log
     groups = context.groups
+    if groups is not None:  # the last submission's kernel is gone with its namespace; its group empty, and uncharged
+        _wait_until_empty(groups.kernel)
     before = None if groups is None else (groups.kernel.memory_limit_hits(), groups.whole.memory_limit_hits())
     kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
     released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"

@@ -33,9 +33,8 @@ SCRIPT_SERVER = (
     "    from autograder.sandbox.launcher import Limits\n"
     "    from autograder.sandbox.stage import enter\n"
     "    import os\n"
-    "    os.close(received[0])\n"
     "    enter(Limits(tmp_mb=4), 100)\n"
-    "    exec(sys.stdin.read(), {})\n"
+    "    exec(sys.stdin.read(), {'RECEIVED': received[0]})\n"
     "serve(int(sys.argv[2]), grade=run)\n"
 )
 
@@ -94,6 +93,28 @@ LOOK = """
             seen[place] = "written"
         except OSError as error:
             seen[place] = error.errno
+    # The machine's places in /proc (bwrap's covers): opened for writing, never written.
+    seen["proc_opened"] = []
+    for place in ("/proc/sysrq-trigger", "/proc/irq/default_smp_affinity", "/proc/bus/pci/devices"):
+        try:
+            os.close(os.open(place, os.O_WRONLY))
+            seen["proc_opened"].append(place)
+        except OSError:
+            pass
+    # The notebook: a sealed copy, not the grader's file.
+    try:
+        with open(f"/proc/self/fd/{RECEIVED}", "r+b") as handle:
+            handle.write(b"changed")
+        seen["notebook"] = "written"
+    except OSError as error:
+        seen["notebook"] = error.errno
+    seen["notebook_text"] = os.pread(RECEIVED, 100, 0).decode()
+    seen["received"] = RECEIVED
+    # Keyrings: the user's would be the next submission's too.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    stored = libc.syscall(248 if os.uname().machine == "x86_64" else 217, b"user", b"left", b"x", 1, -4)
+    seen["key"] = ctypes.get_errno() if stored < 0 else "stored"
     for name, address, family in (("abstract", "\\0warm-TOKEN", socket.AF_UNIX), ("tcp", ("127.0.0.1", PORT), socket.AF_INET)):
         with socket.socket(family) as probe:
             try:
@@ -137,7 +158,12 @@ def test_a_later_submission_finds_nothing_an_earlier_one_left(server, tmp_path):
         assert int(seen["capabilities"][0], 16) == server.effective and seen["dumpable_nnp"] == "1"
         assert seen["/tmp/x"] != "written" and seen["/dev/x"] != "written"
         assert seen["/proc/sys/kernel/hostname"] != "written"
-        assert seen["descriptors"] == [0, 1, 2, 3]  # 3: the listing's own
+        # The standard three, the notebook's copy and the listing's own: nothing of the server's.
+        assert seen["descriptors"][:3] == [0, 1, 2] and len(seen["descriptors"]) == 5
+        assert seen["received"] in seen["descriptors"]
+        assert seen["proc_opened"] == []
+        assert seen["notebook"] != "written" and seen["notebook_text"] == "{}"
+        assert seen["key"] == 1  # EPERM
     assert first["processes"] == [1]
     assert first["sleeper"] and first["abstract_now"] == first["tcp_now"] == "connected"
     assert second["grading"] == ["home", "kernel"] and second["shm"] == []

@@ -253,6 +253,36 @@ def filter_program(machine: str | None = None) -> bytes:
     return program.assemble()
 
 
+KEYRING_CALLS = ("add_key", "request_key", "keyctl")
+
+
+def keyring_program(machine: str | None = None) -> bytes:
+    """The grading stage's own filter: the calls that reach keyrings (:data:`KEYRING_CALLS`) fail with
+    ``EPERM``, everything else is allowed. A warm stage's user namespace serves every submission of its worker,
+    and so does the keyring of its user: a key one submission's stage stored, the next one's could read
+    (:mod:`autograder.sandbox.warm_stage`). The kernel, nested, has :func:`filter_program` besides.
+
+    Raises:
+        ValueError: a machine not in :data:`DENIED`.
+    """
+    machine = platform.machine() if machine is None else machine
+    if machine not in DENIED:
+        raise ValueError(f"machine must be one of {sorted(DENIED)} for the stage's seccomp filter, got {machine!r}")
+    arch, numbers = DENIED[machine]
+    program = _Program()
+    program.load(ARCH_OFFSET)
+    program.jump(JUMP_IF_EQUAL, arch, None, "deny")
+    program.load(NR_OFFSET)
+    if machine == "x86_64":
+        program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
+    for name in KEYRING_CALLS:
+        program.jump(JUMP_IF_EQUAL, numbers[name], "deny", None)
+    program.ret(RETURN_ALLOW)
+    program.label("deny")
+    program.ret(RETURN_ERRNO | errno.EPERM)
+    return program.assemble()
+
+
 def allowlist_program(machine: str | None = None) -> bytes:
     """The kernel's second filter, for the kernel once bubblewrap has made its sandbox: the system calls of
     :data:`KERNEL_CALLS` and no other. Those of :data:`DENIED` get ``EPERM`` here too (this filter, the newer,

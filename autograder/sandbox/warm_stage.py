@@ -20,7 +20,7 @@ every namespace it shares with the server and with earlier submissions before it
 
 then it drops its privileges as a cold stage does, and grades as a cold stage does (:func:`autograder.sandbox.stage.main`):
 its request on standard input, its answer on standard output, its errors on standard error, three pipes of
-the worker's. The student's notebook reaches it as a file descriptor opened by the worker, which it copies
+the worker's. The student's notebook reaches it as a sealed copy in memory (:func:`sealed_copy`), which it copies
 into its capped folder. The worker never reads the notebook; the server reads nothing a student sent, only the
 worker's requests, and no process of a submission can reach it: not by its process ID (another namespace),
 its memory (not dumpable), or its socket (closed in the child before anything else).
@@ -79,6 +79,7 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 1
 MEGABYTE = 1024 * 1024
 SHARED_PLACES = ("/tmp", "/dev")  # the server's writable places from bwrap: read-only before any child
+PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only in a new /proc
 SCRATCH_BYTES = 16 * MEGABYTE  # a child's new /dev/shm (as the /tmp bwrap gives a cold stage)
 DESCRIPTORS = 4  # a request's: standard input, output and error of the child, and the student's notebook
 RECEIVED = "/grading/received.ipynb"  # where a child keeps the student's notebook, inside its capped folder
@@ -191,12 +192,19 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
 
 def _leave_the_server() -> None:
     """In a submission's grading process, first of its process namespace: its own mounts (none shared back),
-    a new ``/proc`` with ``/proc/sys`` read-only (as bwrap's), a new ``/dev/shm``, and its loopback up."""
+    a new ``/proc`` whose machine-wide places are read-only (:data:`PROC_COVERED`, as bwrap's ``--proc`` covers
+    them), a new ``/dev/shm``, its loopback up, and no keyring (:func:`autograder.sandbox.seccomp.keyring_program`)."""
+    from autograder.sandbox import seccomp
+
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    _mount("/proc/sys", "/proc/sys", None, _MS_BIND | _MS_REC)
-    _mount(None, "/proc/sys", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+    for place in PROC_COVERED:
+        path = f"/proc/{place}"
+        if os.path.exists(path):
+            _mount(path, path, None, _MS_BIND | _MS_REC)
+            _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={SCRATCH_BYTES},mode=1777")
+    seccomp.install(program=seccomp.keyring_program())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         request = struct.pack("16sH14s", b"lo", 0, b"")
         flags = struct.unpack("16sH14s", fcntl.ioctl(probe, _SIOCGIFFLAGS, request))[1]
@@ -271,10 +279,10 @@ class WarmStage:
         return b"".join(self.errors).removesuffix(b"\0over").decode("utf-8", "backslashreplace")
 
     def grade(self, request: bytes, notebook: Path, seconds: float) -> StageOutcome:
-        """Grade one submission in a child of the server: ``request`` on its standard input, ``notebook`` opened
-        here (never read here) and handed over; its answer kept up to :func:`max_response_bytes`, the end of its
+        """Grade one submission in a child of the server: ``request`` on its standard input, ``notebook`` as a
+        sealed copy (:func:`sealed_copy`) handed over; its answer kept up to :func:`max_response_bytes`, the end of its
         standard error; the whole server ended after ``seconds``. Never raises for what the child does."""
-        opened = os.open(notebook, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        opened = sealed_copy(notebook)
         pipes = [os.pipe() for _ in range(3)]  # the child's standard input, output and error
         given = [pipes[0][0], pipes[1][1], pipes[2][1], opened]
         try:
@@ -323,6 +331,31 @@ class WarmStage:
         if close is not None:
             close()
         self.context = None
+
+
+def sealed_copy(path: Path, limit: int | None = None) -> int:
+    """An anonymous file in memory holding the first ``limit`` bytes of ``path`` (opened without following a
+    link), copied by the system (this process never reads them), sealed against any change and rewound: a
+    stage that holds it can read it, and neither write it nor, through ``/proc/self/fd``, the grader's file."""
+    from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
+
+    limit = MAX_NOTEBOOK_BYTES + 1 if limit is None else limit  # one byte past the cap: the stage says it is too large
+    copy = os.memfd_create("submission", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            left = limit
+            while left > 0 and (sent := os.sendfile(copy, source, None, min(left, 8 * MEGABYTE))):
+                left -= sent
+        finally:
+            os.close(source)
+        fcntl.fcntl(copy, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_WRITE)
+        os.lseek(copy, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(copy)
+        raise
+    return copy
 
 
 def _write_all(descriptor: int, data: bytes) -> None:
