@@ -30,7 +30,9 @@ import dataclasses
 import os
 import pickle
 import shutil
+import stat
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ from autograder.sandbox.stage import (
     STAGE_MEMORY_MB,
     StageOutcome,
     bwrap_stage_argv,
+    private_devices,
     run_stage,
     stage_environment,
     stage_seconds,
@@ -156,14 +159,30 @@ def _kernel_namespace(log: list[str]) -> int | None:
 @dataclass
 class ServerContext:
     """What a worker keeps with its warm stage's server (:mod:`autograder.sandbox.warm_stage`): the control
-    groups its submissions run in, one at a time, and the lines each submission's log begins with."""
+    groups its submissions run in, one at a time, the lines each submission's log begins with, and the folder of
+    its device files (:func:`autograder.sandbox.stage.private_devices`)."""
 
     groups: Groups | None
     log: tuple[str, ...]
+    devices: Path | None = None
+    procs_modes: dict[str, int] = dataclasses.field(default_factory=dict)  # the kernel group's, as made
+
+    def restore_procs(self) -> None:
+        """The kernel group's ``cgroup.procs`` files, which every stage of the server can write (its kernel's
+        launcher moves the kernel there), as they were made: their mode, and no extended attribute. A stage that
+        changed them would otherwise stop every later kernel of the worker, or pass them data."""
+        for path, mode in self.procs_modes.items():
+            with contextlib.suppress(OSError):
+                os.chmod(path, mode)
+            with contextlib.suppress(OSError):
+                for name in os.listxattr(path):
+                    os.removexattr(path, name)
 
     def close(self) -> None:
         if self.groups is not None:
             self.groups.remove()
+        if self.devices is not None:
+            shutil.rmtree(self.devices, ignore_errors=True)
 
 
 _SERVER: WarmStage | None = None  # this worker's
@@ -194,24 +213,30 @@ def _warm_server(task: Task) -> WarmStage:
     jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
     groups = _groups(task)
     namespace = None
+    devices_folder = Path(tempfile.mkdtemp(prefix="autograder-devices-"))
     try:
         log: list[str] = []
+        devices = private_devices(devices_folder / "dev")
         namespace = _kernel_namespace(log)
         kernel_group = () if groups is None else groups.kernel.folders
         argv = bwrap_stage_argv(
             task.template, jupyter,
             extra=(Path(task.kernel_view),) if task.kernel_view else (),
             writable=tuple(Path(folder) / "cgroup.procs" for folder in kernel_group),
-            user_namespace=namespace,
+            user_namespace=namespace, devices=devices,
         )
         _SERVER = WarmStage.start(
             key, argv, stage_environment(jupyter, HOME), task.limits,
             join_group=None if groups is None else groups.stage.join,
-            pass_fds=() if namespace is None else (namespace,), context=ServerContext(groups, tuple(log)),
+            pass_fds=() if namespace is None else (namespace,),
+            context=ServerContext(groups, tuple(log), devices_folder, {
+                str(Path(folder) / "cgroup.procs"): stat.S_IMODE((Path(folder) / "cgroup.procs").stat().st_mode)
+                for folder in kernel_group}),
         )
     except BaseException:
         if groups is not None:
             groups.remove()
+        shutil.rmtree(devices_folder, ignore_errors=True)
         raise
     finally:
         if namespace is not None:
@@ -239,6 +264,7 @@ def _grade_warm(task: Task, marks: dict[str, float], log: list[str]) -> tuple[St
     groups = context.groups
     if groups is not None:  # the last submission's kernel is gone with its namespace; its group empty, and uncharged
         _wait_until_empty(groups.kernel)
+        context.restore_procs()
     before = None if groups is None else (groups.kernel.memory_limit_hits(), groups.whole.memory_limit_hits())
     kernel_group = None if groups is None else (groups.kernel.version, tuple(map(str, groups.kernel.folders)))
     released = task.template / "release" / task.assignment / f"{task.assignment}.ipynb"

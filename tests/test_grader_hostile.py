@@ -181,6 +181,8 @@ def test_limits_hold_for_processes_and_shared_memory(batch):
     assert _printed(_page(batch, "raised_limits"), "RAISED") == [[]]  # soft and hard limits alike
     # The grader's session keyring (its keys, its quota) and System V message queues: refused.
     assert _printed(_page(batch, "keyrings"), "KEYS") == [["EPERM", "EPERM"]]
+    # The machine's device files, which a sandbox's root owns where the grader is root: their modes stay.
+    assert _printed(_page(batch, "device_modes"), "DEVICES") == [["EPERM", "EPERM", "EPERM"]]
     # Queued signals, counted per account machine-wide: the kernel may queue none.
     assert _printed(_page(batch, "queued_signals"), "QUEUED") == [[0, "EAGAIN"]]
     # Asynchronous I/O contexts, one counter for the whole machine: refused.

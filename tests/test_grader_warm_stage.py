@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ import pytest
 
 from autograder.sandbox import accounts, stage
 from autograder.sandbox.launcher import Limits, bwrap_problem
-from autograder.sandbox.stage import bwrap_stage_argv, stage_environment
+from autograder.sandbox.stage import bwrap_stage_argv, private_devices, stage_environment
 from autograder.sandbox.warm_stage import WarmStage
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot run here: {bwrap_problem()}")
@@ -54,7 +55,8 @@ def server(request, tmp_path):
     jupyter = tmp_path / "jupyter"
     jupyter.mkdir()
     try:
-        argv = bwrap_stage_argv(tmp_path, jupyter, user_namespace=descriptor)[:-3]
+        devices = private_devices(tmp_path / "devices")  # as the worker gives them (a root grader)
+        argv = bwrap_stage_argv(tmp_path, jupyter, user_namespace=descriptor, devices=devices)[:-3]
         started = WarmStage.start(
             ("test",), [*argv, sys.executable, "-c", SCRIPT_SERVER], stage_environment(jupyter, stage.HOME),
             Limits(), pass_fds=() if descriptor is None else (descriptor,),
@@ -110,6 +112,15 @@ LOOK = """
         seen["notebook"] = error.errno
     seen["notebook_text"] = os.pread(RECEIVED, 100, 0).decode()
     seen["received"] = RECEIVED
+    # The machine's device files: set to the mode each has (nothing changes even where it is allowed).
+    import stat as stat_module
+    seen["devices"] = []
+    for name in ("null", "zero", "urandom", "tty"):
+        try:
+            os.chmod(f"/dev/{name}", stat_module.S_IMODE(os.stat(f"/dev/{name}").st_mode))
+            seen["devices"].append("changed")
+        except OSError as error:
+            seen["devices"].append(error.errno)
     # Keyrings: the user's would be the next submission's too.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -164,6 +175,7 @@ def test_a_later_submission_finds_nothing_an_earlier_one_left(server, tmp_path):
         assert seen["proc_opened"] == []
         assert seen["notebook"] != "written" and seen["notebook_text"] == "{}"
         assert seen["key"] == 1  # EPERM
+        assert seen["devices"] == [1, 1, 1, 1]  # EPERM: not the stage's to change
     assert first["processes"] == [1]
     assert first["sleeper"] and first["abstract_now"] == first["tcp_now"] == "connected"
     assert second["grading"] == ["home", "kernel"] and second["shm"] == []
@@ -212,3 +224,22 @@ def test_the_server_binds_no_students_file(tmp_path):
     batch = {str(path) for path in (template, jupyter, view)}
     assert batch <= bound
     assert not any(str(tmp_path) in path for path in bound - batch)
+
+
+def test_the_worker_restores_what_a_stage_can_change_of_the_kernel_groups_file(tmp_path):
+    # Round 25: the kernel group's cgroup.procs, writable by every stage of a server, lasts for the worker's
+    # submissions: a stage that made it unwritable stopped every later kernel; its attributes carried data.
+    from autograder.pipeline import ServerContext
+
+    procs = tmp_path / "cgroup.procs"
+    procs.write_text("")
+    procs.chmod(0o644)
+    context = ServerContext(None, (), procs_modes={str(procs): 0o644})
+    procs.chmod(0o444)
+    try:
+        os.setxattr(procs, "user.left", b"for the next one")
+    except OSError:
+        pass  # a file system without user attributes: the mode alone
+    context.restore_procs()
+    assert stat.S_IMODE(procs.stat().st_mode) == 0o644
+    assert os.listxattr(procs) == []

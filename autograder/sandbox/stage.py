@@ -47,6 +47,7 @@ import pickle
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -132,12 +133,48 @@ def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # what bwrap's --dev binds from the machine's /dev
+NOBODY = 65534  # the machine's account that no sandbox maps
+
+
+def private_devices(folder: Path) -> list[str]:
+    """For a grader run as root: bwrap arguments that bind copies of :data:`DEVICES`, made in ``folder`` (new),
+    over the ones ``--dev`` binds. A sandbox's root is the machine's root there, and owns the machine's device
+    files: it could change their mode for every process of the machine (``chmod 0 /dev/null``). The copies belong to
+    :data:`NOBODY`, whom no sandbox maps, so neither a stage nor a kernel can change them (and a change would be
+    theirs, not the machine's); the kernel's own ``--dev`` binds them from the stage's ``/dev``. Empty for a grader
+    that is not root, whose sandboxes map its own account, which owns no device; and where the copies cannot be
+    opened (``folder`` on a file system mounted ``nodev``), in which case ``folder`` is left empty.
+
+    Raises:
+        OSError: ``folder`` could not be made.
+    """
+    if os.geteuid() != 0:
+        return []
+    folder.mkdir(mode=0o700)
+    argv = []
+    for name in DEVICES:
+        copy = folder / name
+        os.mknod(copy, stat.S_IFCHR | 0o666, os.stat(f"/dev/{name}").st_rdev)
+        os.chmod(copy, 0o666)
+        os.chown(copy, NOBODY, NOBODY)
+        argv += ["--dev-bind", str(copy), f"/dev/{name}"]
+    try:
+        os.close(os.open(folder / "null", os.O_WRONLY))
+    except OSError:
+        for name in DEVICES:
+            (folder / name).unlink()
+        return []
+    return argv
+
+
 def bwrap_stage_argv(
     template: Path,
     jupyter: Path,
     extra: tuple[Path, ...] = (),
     writable: tuple[Path, ...] = (),
     user_namespace: int | None = None,
+    devices: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
     """The bwrap command line of the stages' sandbox (the server of :mod:`autograder.sandbox.warm_stage`, whose
     children are the stages): read-only the system, Python, the course's packages, the template course with its
@@ -145,7 +182,7 @@ def bwrap_stage_argv(
     ``writable`` files (the kernel's ``cgroup.procs``), and nothing else until :func:`enter` mounts ``/grading``.
     ``user_namespace``: a descriptor of the namespace that maps the kernel's account
     (:func:`autograder.sandbox.accounts.user_namespace`; the caller passes it to bwrap), or None for a new one with
-    the caller's user alone."""
+    the caller's user alone. ``devices``: :func:`private_devices`'s arguments."""
     argv = [shutil.which("bwrap") or "bwrap"]
     # Every namespace but the control groups': the kernel's launcher moves the kernel into its group (a sibling
     # of the stage's, which a namespace rooted at the stage's group would refuse).
@@ -163,7 +200,8 @@ def bwrap_stage_argv(
         argv += ["--cap-add", capability]
     # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
     # that insist.
-    argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", "--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", *devices]
+    argv += ["--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
     readable = [*stage_readable_folders(), *(os.path.realpath(path) for path in (template, jupyter, *extra))]
     # The folders that lead to what is bound, made here rather than by bwrap (which makes them 0700): the
     # kernel's launcher, once it is the kernel's account, passes through them to /etc, Python and the kernel's view.

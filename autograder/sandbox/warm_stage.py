@@ -42,6 +42,7 @@ import fcntl
 import os
 import random
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -158,6 +159,7 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
     for descriptor, standard in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(descriptor, standard)
         os.close(descriptor)
+    _die_with_parent()
     try:
         _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS),
                "cannot leave the server's namespaces")
@@ -166,6 +168,9 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
         print(f"autograder: {error}", file=sys.stderr, flush=True)
         os._exit(70)
     if grading == 0:
+        # Ended with its parent (the out-of-memory killer may choose it), and with it its whole namespace: nothing
+        # of this submission runs on beside the next one.
+        _die_with_parent()
         try:
             _leave_the_server()
         except OSError as error:
@@ -188,6 +193,17 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
     os.close(notebook)
     _, status = os.waitpid(grading, 0)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """This process is killed when its parent ends (and ends now if the parent already has)."""
+    parent = os.getppid()
+    _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+    if os.getppid() != parent:
+        os._exit(70)
 
 
 def _leave_the_server() -> None:

@@ -200,6 +200,20 @@ KERNEL_ATTACKS: dict[str, str] = {
         queue = libc.msgget(0, 0o1000 | 0o600)  # a System V message queue: IPC_PRIVATE, IPC_CREAT
         print("KEYS:", [session, errno.errorcode.get(ctypes.get_errno()) if queue < 0 else queue])
         """,
+    "device_modes": """
+        import errno, os, stat
+        # The machine's device files: each set to the mode it has, so that nothing changes if the sandbox lets it.
+        results = []
+        for name in ("null", "zero", "urandom"):
+            try:
+                os.chmod(f"/dev/{name}", stat.S_IMODE(os.stat(f"/dev/{name}").st_mode))
+                results.append("changed")
+            except OSError as error:
+                results.append(errno.errorcode.get(error.errno))
+        with open("/dev/null", "w") as null:
+            null.write("still a sink")
+        print("DEVICES:", results)
+        """,
     "queued_signals": """
         import ctypes, errno, os, signal
         libc = ctypes.CDLL(None, use_errno=True)
