@@ -12,7 +12,8 @@ It prints both rates and their ratio (ours over plain), and where our workers' t
 points of its test cells (written answers wait for an instructor), so that a fast failure cannot pass for speed.
 ``--out FILE`` also writes the result as JSON (:func:`record`): the command, the commit, the machine, its load
 before and after, both times and rates, the ratio and the profile; the instructors' guide reads its figures from such
-files, committed in ``book/data/grading-speed/``.
+files, committed in ``book/data/grading-speed/``. ``--beside-busy N`` runs both beside N processes that keep a core
+busy each, as on a machine shared with other work (the result records N).
 Ours does not run the explorer cells (:mod:`autograder.verdicts.template`); plain nbgrader runs every cell.
 
 ``--workers 1 2``: no plain run; ours with each number of workers, the parallel efficiency of each against one
@@ -24,12 +25,14 @@ efficiency measured last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -150,6 +153,18 @@ def profile_lines(measured: dict) -> list[str]:
     return lines
 
 
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """``count`` processes that each keep a core busy (a loop of Python), for as long as the block runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def record(command: list[str], **measured) -> dict:
     """A bench's result as data: ``measured`` with the command, the date, the commit (and whether the package
     had uncommitted changes), the machine and the versions of Python, nbgrader and torch."""
@@ -190,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=None, help="scaling run (see above)")
     parser.add_argument("--course-students", type=int, default=10_000)
     parser.add_argument("--out", metavar="FILE", help="also write the result as JSON to FILE")
+    parser.add_argument("--beside-busy", type=int, default=0, metavar="N",
+                        help="run both beside N processes that keep a core busy each (a shared machine)")
     parser.add_argument("assignments", nargs="*", default=list(ASSIGNMENTS))
     arguments = parser.parse_args(argv)
     command = sys.argv[1:] if argv is None else list(argv)
@@ -197,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.workers:
         return scaling(arguments.students, assignments, arguments.workers, arguments.course_students,
                        out=arguments.out, command=command)
+    if arguments.beside_busy < 0:
+        parser.error(f"--beside-busy must be 0 or more processes, got {arguments.beside_busy}")
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name:
+    with tempfile.TemporaryDirectory(prefix="autograder-bench-") as work_name, busy_processes(arguments.beside_busy):
         work = Path(work_name)
         course = TemporaryCourse(work / "plain", assignments)
         released = {assignment: course.generate(assignment) for assignment in assignments}
@@ -213,12 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         f"python -m autograder grade --jobs {arguments.jobs} ({'sandboxed' if sandboxed else 'NOT sandboxed'}): "
         f"{our_seconds:.1f} s, {our_rate:.1f} notebooks/minute"
     )
-    print(f"ratio: {our_rate / plain_rate:.2f}x")
+    print(f"ratio: {our_rate / plain_rate:.2f}x" + (f", beside {arguments.beside_busy} busy process(es)"
+                                                     if arguments.beside_busy else ""))
     print(f"plain nbgrader: {plain_seconds / count:.2f} s per notebook")
     print("\n".join(profile_lines(measured)))
     _write(arguments.out, record(
         command, students=arguments.students, assignments=list(assignments), notebooks=count, jobs=arguments.jobs,
-        sandboxed=sandboxed, plain_seconds=round(plain_seconds, 1), ours_seconds=round(our_seconds, 1),
+        sandboxed=sandboxed, busy_processes=arguments.beside_busy,
+        plain_seconds=round(plain_seconds, 1), ours_seconds=round(our_seconds, 1),
         plain_per_minute=round(plain_rate, 2), ours_per_minute=round(our_rate, 2),
         ratio=round(our_rate / plain_rate, 3), plain_seconds_per_notebook=round(plain_seconds / count, 3),
         profile=measured, load_before=list(load_before), load_after=list(os.getloadavg())))
