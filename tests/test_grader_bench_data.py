@@ -35,6 +35,14 @@ def test_the_ratio_run_is_complete_and_consistent():
     assert run["ratio"] == pytest.approx(run["plain_seconds"] / run["ours_seconds"], rel=2e-3)
 
 
+def test_the_busy_ratio_run_is_complete_and_ran_beside_a_busy_process():
+    run = _read("ratio_busy.json")
+    assert set(PROVENANCE) <= set(run) and run["command"][:3] == ["python", "-m", "autograder.bench"]
+    assert run["command"][run["command"].index("--beside-busy") + 1] == "1" and run["busy_processes"] == 1
+    assert run["sandboxed"] is True and run["notebooks"] == run["students"] * len(run["assignments"])
+    assert run["ratio"] == pytest.approx(run["ours_per_minute"] / run["plain_per_minute"], rel=2e-3)
+
+
 def test_the_ratio_runs_profile_adds_up():
     # Each phase's share is its time over all timed notebooks, over the sum of every phase's time.
     run = _read("ratio.json")
@@ -70,6 +78,8 @@ def test_the_guide_prints_the_committed_figures():
     assert f"a ratio of {ratio['ratio']:.2f}" in text
     assert f"({ratio['plain_seconds']:.1f} s)" in text and f"({ratio['ours_seconds']:.1f} s)" in text
     assert f"a parallel efficiency of {scaling['efficiency']['2']:.2f}" in text
+    busy = _read("ratio_busy.json")
+    assert "beside 1 process that keeps a core busy" in text and f"a ratio of {busy['ratio']:.2f}." in text
     assert f"need {scaling['workers_needed']} such workers" in text
     for row in ratio["profile"]["phases"]:
         assert f"{row['phase']}: mean {row['mean_seconds']:.2f} s, median {row['median_seconds']:.2f} s" in text, (
