@@ -121,6 +121,15 @@ LOOK = """
             seen["devices"].append("changed")
         except OSError as error:
             seen["devices"].append(error.errno)
+    # The machine's entries of /proc (one mode for every /proc of the machine), and pseudo-terminals.
+    seen["proc_modes"] = []
+    for name in ("meminfo", "cpuinfo", "stat", "sys/kernel"):
+        try:
+            os.chmod(f"/proc/{name}", stat_module.S_IMODE(os.stat(f"/proc/{name}").st_mode))
+            seen["proc_modes"].append("changed")
+        except OSError as error:
+            seen["proc_modes"].append(error.errno)
+    seen["ptmx"] = os.path.exists("/dev/pts/ptmx") or os.path.exists("/dev/ptmx")
     # Keyrings: the user's would be the next submission's too.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -176,6 +185,7 @@ def test_a_later_submission_finds_nothing_an_earlier_one_left(server, tmp_path):
         assert seen["notebook"] != "written" and seen["notebook_text"] == "{}"
         assert seen["key"] == 1  # EPERM
         assert seen["devices"] == [1, 1, 1, 1]  # EPERM: not the stage's to change
+        assert seen["proc_modes"] == [30, 30, 30, 30] and not seen["ptmx"]  # EROFS
     assert first["processes"] == [1]
     assert first["sleeper"] and first["abstract_now"] == first["tcp_now"] == "connected"
     assert second["grading"] == ["home", "kernel"] and second["shm"] == []
@@ -184,6 +194,14 @@ def test_a_later_submission_finds_nothing_an_earlier_one_left(server, tmp_path):
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", f"warm-{token}"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "a process of the first submission outlived it"
+
+
+@needs_bwrap
+def test_a_signal_to_a_submissions_process_group_does_not_reach_the_server(server, tmp_path):
+    outcome = _run(server, tmp_path, "import os, signal\nos.killpg(0, signal.SIGKILL)\n")
+    assert outcome.stopped is None and outcome.response == b""
+    assert server.alive()
+    assert _observed(_run(server, tmp_path, "import json\nprint(json.dumps({'after': True}))\n")) == {"after": True}
 
 
 @needs_bwrap

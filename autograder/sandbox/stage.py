@@ -60,6 +60,7 @@ from autograder.sandbox import accounts
 from autograder.sandbox.launcher import (
     ETC_FILES,
     MEGABYTE,
+    NO_PTYS,
     PROC_SYS_READ_ONLY,
     SYSTEM_FOLDERS,
     Limits,
@@ -200,7 +201,9 @@ def bwrap_stage_argv(
         argv += ["--cap-add", capability]
     # Nothing of the stage's own goes to /tmp (its HOME and TMPDIR are in /grading): a small one, for libraries
     # that insist.
-    argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", *devices]
+    # No pseudo-terminal (as the kernel has none, launcher.NO_PTYS): a devpts instance would be the server's, one for
+    # all of its submissions.
+    argv += ["--proc", "/proc", *PROC_SYS_READ_ONLY, "--dev", "/dev", *devices, *NO_PTYS]
     argv += ["--size", str(16 * MEGABYTE), "--tmpfs", "/tmp"]
     readable = [*stage_readable_folders(), *(os.path.realpath(path) for path in (template, jupyter, *extra))]
     # The folders that lead to what is bound, made here rather than by bwrap (which makes them 0700): the
@@ -376,6 +379,7 @@ def mount_quota_folder(path: str, size_bytes: int, files: int, mode: int = 0o700
 
 
 _MS_REMOUNT = 32
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 
 def hide_other_users_processes() -> None:
@@ -386,7 +390,8 @@ def hide_other_users_processes() -> None:
     Raises:
         OSError: the remount failed (the stage then grades nothing).
     """
-    if _libc().mount(b"proc", b"/proc", b"proc", _MS_REMOUNT, b"hidepid=2") != 0:
+    flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC  # a remount sets every flag anew
+    if _libc().mount(b"proc", b"/proc", b"proc", flags, b"hidepid=2") != 0:
         error = ctypes.get_errno()
         raise OSError(error, f"cannot hide the stage's processes in /proc: {os.strerror(error)}")
 

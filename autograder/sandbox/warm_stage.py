@@ -5,13 +5,14 @@ A new bwrap sandbox and a new Python per submission (a cold stage) imports nbgra
 and the stage's own modules again: about 0.6 s of every submission, a fifth of a worker's time. So the worker
 starts one *server* (:class:`WarmStage`): bwrap as :func:`autograder.sandbox.stage.bwrap_stage_argv` gives it,
 without any student's file, running ``python -m autograder.sandbox --warm FD`` (:func:`serve`), which imports
-what grading needs and then waits for the worker's requests on a socket. For each submission it forks a child that leaves
-every namespace it shares with the server and with earlier submissions before it reads anything
-(:func:`_leave_the_server`):
+what grading needs and then waits for the worker's requests on a socket. For each submission it forks a child
+that leaves every namespace it shares with the server and with earlier submissions before it reads anything
+(:func:`_leave_the_server`), and that dies with its parent:
 
 - a new process namespace, of which its grading process is the first process: it sees its own processes only,
   and when it ends every process it started ends with it, the student's kernel included;
-- a new mount namespace, with a new ``/proc`` and ``/dev/shm``, then the stage's two capped folders
+- a new mount namespace, with a new ``/proc`` (every entry but the processes' read-only) and ``/dev/shm``,
+  then the stage's two capped folders
   (:func:`autograder.sandbox.stage.enter`): nothing an earlier submission wrote is there, nothing this one
   writes outlives it. The server's own ``/tmp`` and ``/dev`` are read-only from its start (``/tmp`` holds the
   course's folders that bwrap binds where they are, often in the machine's temporary folder; the stage's
@@ -25,10 +26,17 @@ into its capped folder. The worker never reads the notebook; the server reads no
 worker's requests, and no process of a submission can reach it: not by its process ID (another namespace),
 its memory (not dumpable), or its socket (closed in the child before anything else).
 
-What two submissions of one worker share: the server's memory as it was after its imports (each child's
-writes are its own: copy on write), the worker's control groups (one submission at a time; the counts of the
-out-of-memory killer are read before and after each) and the kernel's account, which a worker already kept
-for all of its submissions (:mod:`autograder.sandbox.accounts`).
+What two submissions of one worker share, and what keeps one from reaching the other through it:
+
+- the server's memory as it was after its imports: each child's writes are its own (copy on write);
+- the user namespace, and with it the kernel's account, which a worker already kept for all of its submissions
+  (:mod:`autograder.sandbox.accounts`): a user's keyring would outlive a submission, so a stage can use none
+  (:func:`autograder.sandbox.seccomp.keyring_program`; the kernel's filter refuses them too);
+- the worker's control groups, one submission at a time: the worker waits until the last kernel's group is
+  empty, restores the one file of them a stage can write (the kernel group's ``cgroup.procs``), and reads the
+  counts of the out-of-memory killer before and after each submission (:mod:`autograder.pipeline`);
+- the device files, where the grader is root: copies that no sandbox can change
+  (:func:`autograder.sandbox.stage.private_devices`).
 
 A submission past its wall-clock limit ends the whole server, with its sandbox and every process in it; the
 next submission starts a new one. So does a server that died, or a task of another course.
@@ -80,7 +88,6 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 1
 MEGABYTE = 1024 * 1024
 SHARED_PLACES = ("/tmp", "/dev")  # the server's writable places from bwrap: read-only before any child
-PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only in a new /proc
 SCRATCH_BYTES = 16 * MEGABYTE  # a child's new /dev/shm (as the /tmp bwrap gives a cold stage)
 DESCRIPTORS = 4  # a request's: standard input, output and error of the child, and the student's notebook
 RECEIVED = "/grading/received.ipynb"  # where a child keeps the student's notebook, inside its capped folder
@@ -160,6 +167,7 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
         os.dup2(descriptor, standard)
         os.close(descriptor)
     _die_with_parent()
+    os.setsid()  # a session and process group of its own: no signal to its group reaches the server
     try:
         _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS),
                "cannot leave the server's namespaces")
@@ -195,6 +203,20 @@ def _child(stdin: int, stdout: int, stderr: int, notebook: int, grade=None) -> N
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
+def proc_machine_entries(proc: str = "/proc") -> list[str]:
+    """The entries of ``proc`` that are the machine's, not a process's: every one but the process folders and the
+    links to them. Linux keeps one mode per such entry for every ``/proc`` of the machine, and a stage's root is
+    the machine's root where the grader is root: writable, a ``chmod`` there would change it for every process of
+    the machine. Each is made read-only (bwrap's ``--proc`` does so for ``sys``, ``sysrq-trigger``, ``irq`` and
+    ``bus`` alone), readable as before."""
+    entries = []
+    for name in sorted(os.listdir(proc)):
+        path = os.path.join(proc, name)
+        if not name.isdigit() and not os.path.islink(path):
+            entries.append(path)
+    return entries
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -208,17 +230,14 @@ def _die_with_parent() -> None:
 
 def _leave_the_server() -> None:
     """In a submission's grading process, first of its process namespace: its own mounts (none shared back),
-    a new ``/proc`` whose machine-wide places are read-only (:data:`PROC_COVERED`, as bwrap's ``--proc`` covers
-    them), a new ``/dev/shm``, its loopback up, and no keyring (:func:`autograder.sandbox.seccomp.keyring_program`)."""
+    a new ``/proc`` whose machine's entries are read-only (:func:`proc_machine_entries`), a new ``/dev/shm``, its loopback up, and no keyring (:func:`autograder.sandbox.seccomp.keyring_program`)."""
     from autograder.sandbox import seccomp
 
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    for place in PROC_COVERED:
-        path = f"/proc/{place}"
-        if os.path.exists(path):
-            _mount(path, path, None, _MS_BIND | _MS_REC)
-            _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for path in proc_machine_entries():
+        _mount(path, path, None, _MS_BIND | _MS_REC)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={SCRATCH_BYTES},mode=1777")
     seccomp.install(program=seccomp.keyring_program())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
