@@ -112,23 +112,19 @@ LOOK = """
         seen["notebook"] = error.errno
     seen["notebook_text"] = os.pread(RECEIVED, 100, 0).decode()
     seen["received"] = RECEIVED
-    # The machine's device files: set to the mode each has (nothing changes even where it is allowed).
+    # The machine's device files and entries of /proc (one mode for every /proc of the machine): each set to the
+    # mode it has, so that nothing changes even where it is allowed.
     import stat as stat_module
-    seen["devices"] = []
-    for name in ("null", "zero", "urandom", "tty"):
-        try:
-            os.chmod(f"/dev/{name}", stat_module.S_IMODE(os.stat(f"/dev/{name}").st_mode))
-            seen["devices"].append("changed")
-        except OSError as error:
-            seen["devices"].append(error.errno)
-    # The machine's entries of /proc (one mode for every /proc of the machine), and pseudo-terminals.
-    seen["proc_modes"] = []
-    for name in ("meminfo", "cpuinfo", "stat", "sys/kernel"):
-        try:
-            os.chmod(f"/proc/{name}", stat_module.S_IMODE(os.stat(f"/proc/{name}").st_mode))
-            seen["proc_modes"].append("changed")
-        except OSError as error:
-            seen["proc_modes"].append(error.errno)
+    for key, folder, names in (("devices", "/dev", ("null", "zero", "urandom", "tty")),
+                               ("proc_modes", "/proc", ("meminfo", "cpuinfo", "stat", "sys/kernel"))):
+        seen[key] = []
+        for name in names:
+            try:
+                os.chmod(f"{folder}/{name}", stat_module.S_IMODE(os.stat(f"{folder}/{name}").st_mode))
+                seen[key].append("changed")
+            except OSError as error:
+                seen[key].append(error.errno)
+    # Pseudo-terminals: none.
     seen["ptmx"] = os.path.exists("/dev/pts/ptmx") or os.path.exists("/dev/ptmx")
     # Keyrings: the user's would be the next submission's too.
     import ctypes

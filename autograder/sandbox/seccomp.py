@@ -199,23 +199,34 @@ class _Program:
                         for at, (code, value, if_true, if_false) in enumerate(self.items))
 
 
-def filter_program(machine: str | None = None) -> bytes:
-    """The filter's instructions for ``machine`` (default: this one), as the bytes of a ``sock_filter`` array.
+def _program_for(machine: str | None, whose: str) -> tuple[str, _Program, dict[str, int]]:
+    """A filter's start for ``machine`` (default: this one): another architecture's calls, and x32's, go to the
+    label "deny"; the call's number is loaded. Returns the machine, the program and its denied calls' numbers.
 
     Raises:
         ValueError: a machine not in :data:`DENIED`.
     """
     machine = platform.machine() if machine is None else machine
     if machine not in DENIED:
-        raise ValueError(f"machine must be one of {sorted(DENIED)} for the kernel's seccomp filter, got {machine!r}")
+        raise ValueError(f"machine must be one of {sorted(DENIED)} for {whose} seccomp filter, got {machine!r}")
     arch, numbers = DENIED[machine]
-    checked = CHECKED[machine]
     program = _Program()
     program.load(ARCH_OFFSET)
     program.jump(JUMP_IF_EQUAL, arch, None, "deny")
     program.load(NR_OFFSET)
     if machine == "x86_64":
         program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
+    return machine, program, numbers
+
+
+def filter_program(machine: str | None = None) -> bytes:
+    """The filter's instructions for ``machine`` (default: this one), as the bytes of a ``sock_filter`` array.
+
+    Raises:
+        ValueError: a machine not in :data:`DENIED`.
+    """
+    machine, program, numbers = _program_for(machine, "the kernel's")
+    checked = CHECKED[machine]
     for number in sorted(numbers.values()):
         program.jump(JUMP_IF_EQUAL, number, "deny", None)
     program.jump(JUMP_IF_EQUAL, checked["socket"], "socket family", None)
@@ -265,16 +276,7 @@ def keyring_program(machine: str | None = None) -> bytes:
     Raises:
         ValueError: a machine not in :data:`DENIED`.
     """
-    machine = platform.machine() if machine is None else machine
-    if machine not in DENIED:
-        raise ValueError(f"machine must be one of {sorted(DENIED)} for the stage's seccomp filter, got {machine!r}")
-    arch, numbers = DENIED[machine]
-    program = _Program()
-    program.load(ARCH_OFFSET)
-    program.jump(JUMP_IF_EQUAL, arch, None, "deny")
-    program.load(NR_OFFSET)
-    if machine == "x86_64":
-        program.jump(JUMP_IF_GREATER_OR_EQUAL, X32_SYSCALL_BIT, "deny", None)
+    _, program, numbers = _program_for(machine, "the stage's")
     for name in KEYRING_CALLS:
         program.jump(JUMP_IF_EQUAL, numbers[name], "deny", None)
     program.ret(RETURN_ALLOW)
