@@ -21,6 +21,9 @@ apply while the notebook runs, to what arrives, whatever its type:
 
 Sizes are those of a message's content as JSON plus its binary buffers (:func:`message_bytes`).
 
+Kernels are started and ended by :mod:`autograder.sandbox.kernel_client`: ready as soon as they have answered,
+reaped as soon as they have ended.
+
 Time: besides nbgrader's cap per cell, the whole notebook runs for at most ``notebook_seconds`` of wall-clock
 time. A cell never waits longer than what is left; once nothing is left, the code cells after it are not run,
 each gets an error output that says so (a test cell not run fails, as a cell that raised does), and
@@ -95,6 +98,12 @@ class CappedExecute(Execute):
     notebook_seconds = Integer(
         0, help="wall-clock seconds the whole notebook may run; the code cells after are not run (0: no limit)"
     ).tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        from autograder.sandbox.kernel_client import ReapingKernelManager
+
+        kwargs.setdefault("kernel_manager_class", ReapingKernelManager)  # before nbgrader's own default
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = time.monotonic() + self.notebook_seconds if self.notebook_seconds else None
