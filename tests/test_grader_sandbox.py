@@ -314,6 +314,67 @@ def test_cgroup_v2_limits_are_written_where_a_delegated_folder_says(tmp_path, mo
         cgroups.hierarchy.cache_clear()
 
 
+def test_the_kernels_folder_weighs_one_ordinary_process_per_worker_group(tmp_path, monkeypatch):
+    """Each worker's sandbox gets the share of one process against the machine's others: the folder of the
+    groups weighs 100 (cgroup v2's default) per group in it, counted again at every change."""
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    monkeypatch.setenv(cgroups.DELEGATED_VARIABLE, str(tmp_path))
+    cgroups.hierarchy.cache_clear()
+    kernels = tmp_path / cgroups.KERNELS_FOLDER
+
+    def removed(group):  # a real cgroup folder's files go with it; these are plain files
+        for folder in group.folders:
+            for entry in folder.iterdir():
+                entry.unlink() if entry.is_file() else None
+        group.remove()
+
+    def running(group, name="kernel"):  # a worker's group with a process in a group inside it
+        inner = group.child(name)
+        (inner.folders[0] / "cgroup.procs").write_text("99999999\n")  # no process has this ID (past PID_MAX_LIMIT)
+        return inner
+
+    try:
+        first = cgroups.KernelGroup.create(memory_bytes=0, processes=0)
+        assert (kernels / "cpu.weight").read_text() == "100"
+        first_kernel = running(first)
+        second = cgroups.KernelGroup.create(memory_bytes=0, processes=0)
+        assert (kernels / "cpu.weight").read_text() == "200"  # the new group counts before its processes join
+        second_kernel = running(second)
+        third = cgroups.KernelGroup.create(memory_bytes=0, processes=0)
+        assert (kernels / "cpu.weight").read_text() == "300"
+        third_kernel = running(third)
+        (kernels / "kernel-left-empty-by-a-grader-that-died").mkdir()  # not counted: it holds no process
+        stage = running(second, "stage")  # a group inside a worker's is not a worker's
+        assert (kernels / "cpu.weight").read_text() == "300"
+        removed(stage)
+        assert (kernels / "cpu.weight").read_text() == "300"
+        removed(second_kernel)
+        removed(second)
+        assert (kernels / "cpu.weight").read_text() == "200"
+        removed(first_kernel)
+        removed(first)
+        assert (kernels / "cpu.weight").read_text() == "100"
+        removed(third_kernel)
+        removed(third)
+        assert (kernels / "cpu.weight").read_text() == "100"  # never below one process's weight
+        for group in (first, second, third):
+            assert (group.folders[0] / "cpu.weight").exists() is False
+    finally:
+        cgroups.hierarchy.cache_clear()
+
+
+def test_the_kernels_folder_weight_stops_at_the_controller_s_maximum(tmp_path):
+    for index in range(150):
+        (tmp_path / f"kernel-{index}").mkdir()
+        (tmp_path / f"kernel-{index}" / "cgroup.procs").write_text(f"{index + 100}\n")
+    assert cgroups.weigh_kernels_folder(2, tmp_path) == 10000
+    assert (tmp_path / "cpu.weight").read_text() == "10000"
+    assert cgroups.weigh_kernels_folder(1, tmp_path) == 150 * 1024
+    assert (tmp_path / "cpu.shares").read_text() == str(150 * 1024)
+    assert cgroups.weigh_kernels_folder(1, tmp_path / "missing") == 0
+
+
 DIRECT_READ = """
 import mmap, os, sys, time
 path = sys.argv[1]

@@ -8,6 +8,11 @@ kernel and every process it starts, whatever their user, session or name:
 - processes: ``pids.max``, processes and threads together;
 - CPU: every kernel's group has the same weight (``cpu.weight`` 100 in v2, ``cpu.shares`` 1024 in v1), so a
   kernel that starts sixty busy processes gets the same share of the cores as a neighbour that starts one;
+  the folder that holds the groups weighs as many ordinary processes as it holds groups (one per worker:
+  :func:`weigh_kernels_folder`), so that against the machine's other processes each worker's sandbox gets the
+  share of one process, as a kernel outside any group would (with the folder's default weight, all the
+  workers together had the share of one process: two workers beside one busy process got half the cores,
+  not two thirds);
 - disk I/O, where the ``io`` (v2) or ``blkio`` (v1) controller is there: reads and writes that reach the
   disks behind the system, the Python installation, the course and the temporary folder (each whole disk:
   :func:`throttled_devices`) at most :data:`READ_BYTES_PER_SECOND`, :data:`WRITE_BYTES_PER_SECOND` and
@@ -191,6 +196,49 @@ def problem() -> str | None:
     return None
 
 
+DEFAULT_WEIGHT = {2: 100, 1: 1024}  # an ordinary process's: cpu.weight (v2), cpu.shares (v1)
+MAX_WEIGHT = {2: 10000, 1: 262144}
+GROUP_PREFIX = "kernel-"
+
+
+def _holds_processes(folder: Path) -> bool:
+    """Whether a process is in ``folder``'s group or in a group inside it."""
+    for inner, _, _ in os.walk(folder):
+        try:
+            if (Path(inner) / "cgroup.procs").read_text().strip():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def weigh_kernels_folder(version: int, cpu_parent: Path, new_group: str = "") -> int:
+    """Give the kernels' folder ``cpu_parent`` the weight of as many ordinary processes as it holds groups in
+    use (a group that holds a process, in it or in a group inside it, and ``new_group``, just made):
+
+        weight = DEFAULT_WEIGHT x max(1, groups in use),  at most MAX_WEIGHT
+
+    Called whenever a group is made in it or removed from it, by any grader: the count is read, not kept, so
+    a grader that died, its empty groups left behind, is corrected by the next one. Returns the weight
+    written, 0 when it could not be written (the groups then share one process's weight: slower, no less
+    safe)."""
+    try:
+        groups = sum(
+            1 for entry in cpu_parent.iterdir()
+            if entry.is_dir() and entry.name.startswith(GROUP_PREFIX)
+            and (entry.name == new_group or _holds_processes(entry))
+        )
+        weight = min(MAX_WEIGHT[version], DEFAULT_WEIGHT[version] * max(1, groups))
+        (cpu_parent / ("cpu.weight" if version == 2 else "cpu.shares")).write_text(str(weight))
+    except OSError:
+        return 0
+    return weight
+
+
+def _cpu_parent(found: Hierarchy) -> Path:
+    return found.parents[0] if found.version == 2 else found.parents[CONTROLLERS.index("cpu")]
+
+
 @dataclass(frozen=True)
 class KernelGroup:
     """The control group(s) of one kernel: one folder in v2, one per controller in v1."""
@@ -205,7 +253,7 @@ class KernelGroup:
         found = hierarchy()
         if isinstance(found, str):
             raise OSError(found)
-        name = f"kernel-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         folders = tuple(parent / name for parent in found.parents)
         for folder in folders:
             folder.mkdir()
@@ -215,6 +263,7 @@ class KernelGroup:
         except OSError:
             group.remove()
             raise
+        weigh_kernels_folder(found.version, _cpu_parent(found), new_group=name)
         return group
 
     def child(self, name: str, *, memory_bytes: int = 0, processes: int = 0) -> KernelGroup:
@@ -248,7 +297,7 @@ class KernelGroup:
                 swap.write_text("0" if self.version == 2 else str(memory_bytes))
         if processes:
             self._file("pids.max", "pids.max").write_text(str(processes))
-        self._file("cpu.weight", "cpu.shares").write_text("100" if self.version == 2 else "1024")
+        self._file("cpu.weight", "cpu.shares").write_text(str(DEFAULT_WEIGHT[self.version]))
         if self.io:
             self._write_io_limits()
 
@@ -310,3 +359,6 @@ class KernelGroup:
                 folder.rmdir()
             except OSError:
                 continue
+        cpu_folder = self._file("cpu.weight", "cpu.shares").parent
+        if cpu_folder.parent.name == KERNELS_FOLDER:  # a worker's group, not a group inside one
+            weigh_kernels_folder(self.version, cpu_folder.parent)
