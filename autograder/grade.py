@@ -89,6 +89,7 @@ from autograder.sandbox import accounts, cgroups, seccomp
 from autograder.sandbox.grading_stage import cut_text
 from autograder.sandbox.kernel_view import kernel_packages
 from autograder.sandbox.launcher import KERNEL_OPEN_FILES, Limits, bwrap_problem
+from autograder.sandbox.stand_ins import check_nbgrader_schemas_once
 from autograder.student.progress import item_labels
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES
 from autograder.types import NOT_SUBMITTED, Result, Task, layout_of, zero_items
@@ -460,9 +461,11 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
             pool = start_workers(options.jobs or default_jobs(limits), course.jupyter_directory, worker_logs)
             stopping.callback(pool.shutdown, cancel_futures=True)  # whatever happens before run_local ends it
         kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
-        released = {
-            assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
-        }
+        check_nbgrader_schemas_once()  # as in the stage: nbgrader's validation, each schema checked once
+        with course.gradebook_in_memory_only():  # a template, thrown away with the batch
+            released = {
+                assignment: nbformat.read(course.generate(assignment), as_version=4) for assignment in assignments
+            }
         with open_gradebook(f"sqlite:///{course.gradebook}") as template:
             copy_assignments(template, class_gradebook, assignments)
         layouts = {assignment: layout_of(notebook) for assignment, notebook in released.items()}
