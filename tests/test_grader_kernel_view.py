@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,22 +243,31 @@ def test_the_students_side_and_the_graders_name_the_same_varied_items():
 # ------------------------------------------------------------------------------------ the cached default
 
 
-def test_the_cached_view_is_kept_in_a_folder_of_this_user_only(tmp_path, monkeypatch):
+def test_the_default_view_is_made_in_a_new_folder_of_this_user_only(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_view.tempfile, "gettempdir", lambda: str(tmp_path))
+    squatted = tmp_path / f"autograder-{os.getuid()}"  # the fixed name an earlier version used, taken first
+    squatted.mkdir(mode=0o777)
+    squatted.chmod(0o777)
     default_kernel_view.cache_clear()
     try:
         view = default_kernel_view()
-        assert view.parent == tmp_path / f"autograder-{os.getuid()}"
-        assert stat.S_IMODE(view.parent.stat().st_mode) == 0o700
+        assert view.parent.parent == tmp_path and view.parent.name.startswith("autograder-view-")
+        assert stat.S_IMODE(view.parent.stat().st_mode) == 0o700 and view.parent.stat().st_uid == os.getuid()
         assert sorted(path.relative_to(view).as_posix() for path in view.rglob("*") if path.is_file()) == sorted(
             view_files())
+        assert default_kernel_view() == view  # once per process
         default_kernel_view.cache_clear()
-        assert default_kernel_view() == view  # found again by its hash, not built twice
-        assert [path.name for path in view.parent.iterdir()] == [view.name]
-        default_kernel_view.cache_clear()
-        view.parent.chmod(0o777)  # anyone could have put files there
-        with pytest.raises(ValueError, match="not a private folder"):
-            default_kernel_view()
+        assert default_kernel_view().parent != view.parent  # a name drawn anew, never one another account knows
+        assert list(squatted.iterdir()) == []
     finally:
-        (tmp_path / f"autograder-{os.getuid()}").chmod(0o700)
         default_kernel_view.cache_clear()
+
+
+def test_the_default_view_is_removed_when_its_process_exits(tmp_path):
+    made = subprocess.run(
+        [sys.executable, "-c", "from autograder.sandbox.kernel_view import default_kernel_view as v; print(v())"],
+        capture_output=True, text=True, timeout=120, check=True, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    view = Path(made.stdout.strip())
+    assert view.parent.parent == tmp_path and view.name == "view"
+    assert not view.parent.exists()

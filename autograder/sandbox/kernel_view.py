@@ -10,14 +10,15 @@ grader's side (:mod:`autograder.variants`, which computes every student's expect
 ``ModuleNotFoundError``: a module lies on the student's side by the folder it is in, not by a list.
 
 The grader builds the folder once per batch; a kernel started without one (``bwrap_problem``, a test) uses
-:func:`default_kernel_view`, a copy kept in a private folder of the machine's temporary directory and named
-by a hash of its files, so that a changed course gets a new one.
+:func:`default_kernel_view`, a copy made once per process in a new private folder of the machine's temporary
+directory. (A cache under a fixed name, ``autograder-<uid>``, let any account of the machine make that name
+first and so stop every grading run of the class.)
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
-import hashlib
 import os
 import shutil
 import stat
@@ -62,16 +63,6 @@ def view_files() -> tuple[str, ...]:
     return tuple(files)
 
 
-def view_digest() -> str:
-    """A sha256 of the view's files, names and bytes: the same course gives the same view."""
-    digest = hashlib.sha256()
-    for relative in view_files():
-        data = (REPOSITORY / relative).read_bytes()
-        digest.update(f"{relative}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
-
-
 def kernel_packages(destination: Path) -> Path:
     """Copy the kernel's view (:func:`view_files`) into ``destination``, which must not exist; return it.
 
@@ -87,35 +78,12 @@ def kernel_packages(destination: Path) -> Path:
     return destination
 
 
-def _private_cache() -> Path:
-    """``<temporary directory>/autograder-<uid>``, made if missing; ValueError unless it is this user's own
-    folder that nobody else can write into (what is there runs in every kernel)."""
-    folder = Path(tempfile.gettempdir()) / f"autograder-{os.getuid()}"
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    info = folder.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise ValueError(f"{folder} is not a private folder of this user; remove it, or give the grader a kernel view")
-    return folder
-
-
 @functools.cache
 def default_kernel_view() -> Path:
-    """The kernel's view of this course, built once in a private cache folder (:func:`_private_cache`) and
-    found there by the hash of its files afterwards."""
-    cache = _private_cache()
-    view = cache / f"kernel-view-{view_digest()[:16]}"
-    if view.is_dir():
-        return view
-    building = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
-    kernel_packages(building / "view")
-    try:
-        os.rename(building / "view", view)  # atomic: another process may be building the same view
-    except OSError:
-        if not view.is_dir():
-            raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return view
+    """The kernel's view of this course, built once per process in a new folder of the machine's temporary
+    directory that only this user can enter (``tempfile.mkdtemp``: a name drawn at random, made by this call,
+    so that no other account can have made it first or put anything in it), and removed when the process
+    exits."""
+    folder = Path(tempfile.mkdtemp(prefix="autograder-view-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return kernel_packages(folder / "view")
