@@ -22,7 +22,8 @@ The server runs under the grading stage's address-space and file-size limits (:f
 renders of a submission is bounded by the rebuild of the autograded notebook (:mod:`autograder.feedback.outputs`:
 every text, code and HTML capped, and the number of cells and outputs), and each submission's view is made in a
 child process under the stage's limits and a time limit (:mod:`autograder.formgrader.views`). The command prints
-the formgrader's address with the token once the server answers, and runs until it is stopped (Ctrl-C, or a
+the formgrader's address with the token once JupyterLab alone listens on the port (:func:`served_by`: any
+account can listen on a free port first, and a program that answers there would get the token), and runs until it is stopped (Ctrl-C, or a
 SIGTERM), stopping JupyterLab with it; JupyterLab is also told to stop when this command's process ends in any
 other way (``PR_SET_PDEATHSIG``), so that no server is left serving the class folder.
 """
@@ -124,12 +125,49 @@ def server_limits(limits: Limits) -> Callable[[], None]:
     return set_limits
 
 
-def _answers(ip: str, port: int) -> bool:
+TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket (include/net/tcp_states.h)
+
+
+def listening_sockets(port: int, proc: Path = Path("/proc")) -> set[int]:
+    """The inodes of every TCP socket of this network namespace that listens on ``port``, at any address, IPv4
+    or IPv6 (``/proc/net/tcp`` and ``tcp6``: the local address's port is the hexadecimal after its colon, the
+    state is the fourth column and the inode the tenth)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            columns = line.split()
+            if len(columns) > 9 and columns[3] == TCP_LISTEN and int(columns[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(columns[9]))
+    return found
+
+
+def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
+    """The inodes of the sockets that process ``pid`` holds open (its ``fd`` links read ``socket:[INODE]``)."""
+    held = set()
     try:
-        with socket.create_connection((ip, port), timeout=1):
-            return True
+        descriptors = list((proc / str(pid) / "fd").iterdir())
     except OSError:
-        return False
+        return held
+    for descriptor in descriptors:
+        try:
+            target = os.readlink(descriptor)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            held.add(int(target[8:-1]))
+    return held
+
+
+def served_by(pid: int, port: int) -> bool:
+    """Whether ``port`` is listened on, and only by sockets process ``pid`` holds: a port that another account
+    took first (between the choice of a free port and JupyterLab's bind) would receive the token that the
+    printed address carries, so an answer on the port proves nothing; whose socket answers does."""
+    listening = listening_sockets(port)
+    return bool(listening) and listening <= socket_inodes(pid)
 
 
 def serve(
@@ -155,12 +193,19 @@ def serve(
     previous = signal.signal(signal.SIGTERM, lambda number, frame: process.terminate())
     try:
         deadline = time.monotonic() + START_SECONDS
-        while process.poll() is None and not _answers(ip, port) and time.monotonic() < deadline:
+        while process.poll() is None and not served_by(process.pid, port) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if process.poll() is None:
-            host = f"[{ip}]" if ":" in ip else ip
-            print(f"The formgrader of {out}: http://{host}:{port}/formgrader?token={token}", file=stream, flush=True)
-            print("Stop it with Ctrl-C.", file=stream, flush=True)
+        if process.poll() is not None:
+            print(f"The formgrader did not start (JupyterLab ended with exit code {process.returncode}; another "
+                  f"program may hold port {port}): run the command again", file=stream, flush=True)
+            return process.returncode or 1
+        if not served_by(process.pid, port):
+            print(f"The formgrader did not start: after {START_SECONDS} s port {port} is not JupyterLab's alone "
+                  f"(another program listens on it); run the command again", file=stream, flush=True)
+            return 1
+        host = f"[{ip}]" if ":" in ip else ip
+        print(f"The formgrader of {out}: http://{host}:{port}/formgrader?token={token}", file=stream, flush=True)
+        print("Stop it with Ctrl-C.", file=stream, flush=True)
         return process.wait()
     except KeyboardInterrupt:
         process.send_signal(signal.SIGINT)
