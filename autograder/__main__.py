@@ -177,6 +177,28 @@ def _grade_output_problem(out: Path) -> str | None:
     return None
 
 
+def _db_password_problem(db_url: str | None) -> str | None:
+    """Why ``grade --db`` must not carry a password: a command line is readable by every account of the machine
+    (``/proc/PID/cmdline``) for as long as the command runs, and with the gradebook's password any student with
+    an account could rewrite every grade. None when the URL names none (or is no URL: grade says so)."""
+    if not db_url:
+        return None
+    from sqlalchemy.engine import URL, make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(db_url)
+    except ArgumentError:
+        return None
+    if url.password is None:
+        return None
+    shown = url.render_as_string(hide_password=True)
+    without = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, url.query)
+    return (f"--db {shown} holds a password, which every account of this machine can read on grade's command line "
+            f"while it runs; leave it out of the URL ({without.render_as_string()}) and give it through "
+            "PGPASSWORD or ~/.pgpass (the database's own ways)")
+
+
 def _add_collect_arguments(collect: argparse.ArgumentParser) -> None:
     collect.add_argument("assignment", choices=ASSIGNMENTS, metavar="ASSIGNMENT", help=", ".join(ASSIGNMENTS))
     collect.add_argument(
@@ -297,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in limits.__dataclass_fields__
             if getattr(arguments, name) is not None
         }
-        if problem := _grade_output_problem(arguments.out):
+        if problem := _grade_output_problem(arguments.out) or _db_password_problem(arguments.db):
             print(report_text(f"grade: {problem}"), file=sys.stderr)
             return 2
         try:

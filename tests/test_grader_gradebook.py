@@ -105,6 +105,19 @@ def test_an_unreachable_database_is_refused_naming_db_url_and_hiding_the_passwor
     assert "hunter2" not in str(raised.value)
 
 
+def test_the_grade_command_refuses_a_password_on_its_command_line(tmp_path):
+    """A command line is readable by every account of the machine while the command runs (/proc/PID/cmdline):
+    the password goes through PGPASSWORD or ~/.pgpass, and a --db that holds one grades nothing."""
+    (tmp_path / "class").mkdir()
+    completed = run_module("autograder", "grade", str(tmp_path / "class"), "--out", str(tmp_path / "out"),
+                           "--db", "postgresql://grader:hunter2@127.0.0.1:5432/posenc", timeout=120)
+    assert completed.returncode == 2
+    assert "--db postgresql://grader:***@127.0.0.1:5432/posenc holds a password" in completed.stderr
+    assert "(postgresql://grader@127.0.0.1:5432/posenc)" in completed.stderr and "PGPASSWORD" in completed.stderr
+    assert "hunter2" not in completed.stdout + completed.stderr
+    assert not (tmp_path / "out" / "gradebook.db").exists()
+
+
 def _grade_command(submissions: Path, out: Path) -> str:
     """``python -m autograder grade`` as an instructor runs it; its standard output."""
     completed = run_module("autograder", "grade", str(submissions), "--out", str(out), "--jobs", "2", timeout=600)
