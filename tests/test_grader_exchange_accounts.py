@@ -302,6 +302,23 @@ def test_late_work_records_the_time_of_its_last_change_however_little_late(tmp_p
     assert recorded_timestamp(record, named + datetime.timedelta(seconds=5), deadline) == record.timestamp_text
 
 
+def test_a_notebook_under_another_name_is_collected_under_nbgrader_s_name(tmp_path, accounts):
+    """Round 27: the folder's only notebook kept its own name in the instructor's folder, escape sequences
+    (a window title, a screen erase) included, for any program that prints a listing raw."""
+    exchange, out = tmp_path / "exchange", tmp_path / "collected"
+    inbound = exchange / COURSE / "inbound"
+    inbound.mkdir(parents=True)
+    folder = _inbound_folder(inbound, "alice", "2026-01-02 10:00:00.000000 UTC", accounts["alice"][1])
+    os.rename(folder / f"{ASSIGNMENT}.ipynb", folder / "\x1b]0;owned\x07\x1b[2J.ipynb")
+    completed = _collect(exchange, _roster(tmp_path / "roster.csv", accounts), out, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(path.name for path in (out / "alice" / ASSIGNMENT).iterdir()) == [
+        f"{ASSIGNMENT}.ipynb", "submission_secret.txt", "timestamp.txt"
+    ]
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b"{}"
+    assert "\x1b" not in completed.stdout + completed.stderr
+
+
 def test_a_flood_of_names_in_inbound_pushes_no_student_out(tmp_path, accounts):
     """Any account can create names in inbound/; only those of this assignment's rostered students are kept."""
     exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"

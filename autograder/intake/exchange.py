@@ -33,7 +33,7 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   writable by other accounts without the sticky bit: any account could then rename the course's folder and put
   its own in its place, and receive the class's submissions (:func:`open_inbound`);
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
-  (``<assignment>.ipynb``, or the folder's only other notebook) and ``timestamp.txt`` and
+  (``<assignment>.ipynb``, or the folder's only other notebook, written as ``<assignment>.ipynb``) and ``timestamp.txt`` and
   ``submission_secret.txt`` as checked text, nothing else a student put there; a folder without the secret is
   refused (nbgrader's ``release_feedback`` stops the whole class's release on a submission without one). DIR must not hold ``source/``
   (the folder of the answer key), and nothing here reads the folder the command runs in.
@@ -216,7 +216,6 @@ def _check_timestamp(record: Inbound, changed: datetime.datetime, now, deadline,
 
 @dataclass(frozen=True)
 class _Files:
-    notebook_name: str
     notebook: bytes
     timestamp: bytes
     secret: bytes
@@ -278,7 +277,7 @@ def _read_submission(inbound: Folder, record: Inbound, assignment: str, uid: int
         _check_timestamp(record, _utc(max(changes)), now, deadline, allow_late,
                          "its folder or a file read from it last changed")
         received = max(record.timestamp, _utc(max(changes)), _utc(status.st_ctime))
-        return _Files(chosen, notebook, recorded_timestamp(record, received, deadline).encode("ascii"), secret,
+        return _Files(notebook, recorded_timestamp(record, received, deadline).encode("ascii"), secret,
                       received)
 
 
@@ -602,7 +601,9 @@ def _write(destination: Path, files: _Files, now: datetime.datetime) -> None:
     ``timestamp.txt``'s modification time is ``now``, the time of the collection."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
-    (staging / files.notebook_name).write_bytes(files.notebook)
+    # Under nbgrader's name for it, never the student's: a name may hold escape sequences, which would reach
+    # the instructor's terminal through any program that prints the folder's listing raw.
+    (staging / f"{destination.name}.ipynb").write_bytes(files.notebook)
     (staging / "timestamp.txt").write_bytes(files.timestamp)
     seconds = now.replace(tzinfo=datetime.UTC).timestamp()
     os.utime(staging / "timestamp.txt", (seconds, seconds))
