@@ -223,6 +223,33 @@ def test_report_text_leaves_ordinary_text_as_it_is(value):
     assert report_text(value) == value
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("04_relative\u200b.ipynb", "04_relative\\u200b.ipynb"),  # zero-width space: two names look alike
+        ("soft\xadhyphen", "soft\\xadhyphen"),
+        ("joiner\u200d\u2060word\ufeff", "joiner\\u200d\\u2060word\\ufeff"),
+        ("tag\U000e0001\U000e0041", "tag\\U000e0001\\U000e0041"),  # invisible tag text
+        ("no\u00a0break\u3000space", "no\\xa0break\\u3000space"),  # spaces but the ASCII one
+        ("private\ue000", "private\\ue000"),
+    ],
+)
+def test_report_text_escapes_invisible_format_characters_and_other_spaces(value, expected):
+    assert report_text(value) == expected
+
+
+def test_report_text_shows_every_code_point_python_does_not_call_printable():
+    """Every code point of categories Other and Separator (but the ASCII space) becomes an escape that the
+    terminal shows as ASCII; every other one stays as it is."""
+    import unicodedata
+
+    for code in range(0x110000):
+        character = chr(code)
+        hidden = unicodedata.category(character)[0] in "CZ" and character != " "
+        shown = report_text(character)
+        assert (shown != character and shown.isascii() and shown.startswith("\\")) == hidden, hex(code)
+
+
 def test_report_text_always_stays_on_one_line_and_encodes():
     hostile = "a\nb\rc\x0bd\x0ce\x1cf\x1dg\x1eh\x85i\u2028j\u2029k\ud800l\udfff"
     text = report_text(hostile)

@@ -13,29 +13,36 @@ from __future__ import annotations
 
 import re
 
-# C0 controls (newline, CR, tab, ESC...), DEL, C1 controls, the Arabic letter mark and the bidirectional
-# marks, embeddings, overrides and isolates (they reorder what a line shows), the line and paragraph
-# separators, and lone surrogates (a folder name that is not UTF-8; they cannot be encoded).
-INVISIBLE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def visible(match: re.Match[str]) -> str:
-    """A character as Python writes it in a string literal: ``\\n``, ``\\x1b``, ``\\u2028``."""
-    character = match.group()
+def escaped(character: str) -> str:
+    """A character as Python writes it in a string literal: ``\\n``, ``\\x1b``, ``\\u2028``, ``\\U000e0041``."""
     if character in _NAMED_ESCAPES:
         return _NAMED_ESCAPES[character]
     code = ord(character)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(match: re.Match[str]) -> str:
+    """:func:`escaped` of a regular expression's match of one character."""
+    return escaped(match.group())
 
 
 def terminal_text(value: object) -> str:
-    """``value`` as text for one line: control, bidirectional and separator characters and lone surrogates
-    become visible escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\u2028``, ``\\ud800``).
+    """``value`` as text for one line: every character Python does not call printable (``str.isprintable``:
+    Unicode's categories Other and Separator, but the ASCII space) becomes a visible escape (``\\n``, ``\\x1b``,
+    ``\\u202e``, ``\\u2028``, ``\\u200b``, ``\\ud800``).
 
-    The result never holds a line break of any kind (``str.splitlines`` finds one line) and always encodes as
-    UTF-8. Other text, accents and scripts included, is unchanged.
+    By category, not by a list: controls (C0, DEL, C1), format characters (bidirectional marks, embeddings,
+    overrides and isolates, which reorder what a line shows; zero-width spaces and joiners, the soft hyphen,
+    the byte-order mark and tag characters, which hide text or make two names look alike), line and
+    paragraph separators, lone surrogates (a folder name that is not UTF-8; they cannot be encoded), private-use
+    and unassigned code points, and every space but the ASCII one. The result never holds a line break of any
+    kind (``str.splitlines`` finds one line) and always encodes as UTF-8. Other text, accents, scripts and emoji
+    included, is unchanged.
     """
-    return INVISIBLE.sub(visible, str(value))
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else escaped(character) for character in text)
