@@ -15,7 +15,7 @@ import pytest
 from jinja2 import Environment, FileSystemLoader
 
 from autograder.formgrader.csp import InlineScripts, _templates, content_security_policy
-from autograder.formgrader.server import jupyterlab_command
+from autograder.formgrader.server import jupyterlab_command, jupyterlab_environment
 
 TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 
@@ -34,8 +34,11 @@ def _render(name: str, **values) -> str:
 
 
 def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_extensions(tmp_path):
-    command = jupyterlab_command(tmp_path, "127.0.0.1", 8888, open_browser=False)
+    command = jupyterlab_command(tmp_path, "127.0.0.1", open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
+    assert not any("port=" in argument.lower() or "token" in argument.lower() for argument in command)
+    environment = jupyterlab_environment("a-token", 8765)  # readable by the instructor's account only
+    assert environment["JUPYTER_PORT"] == "8765" and environment["JUPYTER_TOKEN"] == "a-token"
     assert "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels" in command
     extensions = ("{'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
                   "'autograder.formgrader.views': True, 'nbgrader.server_extensions.validate_assignment': False, "

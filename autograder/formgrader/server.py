@@ -71,16 +71,17 @@ def free_port(ip: str) -> int:
         return probe.getsockname()[1]
 
 
-def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> list[str]:
-    """The JupyterLab command line of the formgrader of ``out`` (no secret on it: the token is in the
-    environment)."""
+def jupyterlab_command(out: Path, ip: str, open_browser: bool) -> list[str]:
+    """The JupyterLab command line of the formgrader of ``out``. Neither the token nor the port is on it (both
+    are in the environment, :func:`jupyterlab_environment`): every account of the machine can read a command
+    line, only its owner a process's environment, and an account that knows the port can listen there
+    first."""
     command = [
         sys.executable,
         "-m",
         "jupyterlab",
         f"--ServerApp.root_dir={out}",
         f"--ServerApp.ip={ip}",
-        f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
@@ -93,7 +94,7 @@ def jupyterlab_command(out: Path, ip: str, port: int, open_browser: bool) -> lis
     return command + ([] if open_browser else ["--no-browser"])
 
 
-def jupyterlab_environment(token: str) -> dict[str, str]:
+def jupyterlab_environment(token: str, port: int) -> dict[str, str]:
     environment = dict(os.environ)
     path = [str(Path(sys.executable).parent), *filter(None, environment.get("PATH", "").split(os.pathsep))]
     environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
@@ -102,6 +103,7 @@ def jupyterlab_environment(token: str) -> dict[str, str]:
     config_path = [str(LAB_CONFIG_DIR), *filter(None, environment.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(config_path))
     environment["JUPYTER_TOKEN"] = token
+    environment["JUPYTER_PORT"] = str(port)  # jupyter_server's ServerApp.port, from its environment
     return environment
 
 
@@ -187,7 +189,7 @@ def serve(
     port = port or free_port(ip)
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     process = subprocess.Popen(
-        jupyterlab_command(out, ip, port, open_browser), cwd=out, env=jupyterlab_environment(token),
+        jupyterlab_command(out, ip, open_browser), cwd=out, env=jupyterlab_environment(token, port),
         preexec_fn=server_limits(configured_limits()),  # noqa: PLW1509 (this process starts no threads of its own)
     )
     previous = signal.signal(signal.SIGTERM, lambda number, frame: process.terminate())
