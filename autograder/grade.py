@@ -374,11 +374,16 @@ def grade(
 
         check_cluster_address(scheduler, cluster_credentials)
     if sandbox and scheduler is None and (problem := bwrap_problem()) is not None:
+        # --no-sandbox is named only where bubblewrap itself is missing or refused, never for a problem that
+        # someone else could cause on this machine (a folder in its temporary directory, a full disk).
+        advice = (
+            "install it (Debian: apt-get install bubblewrap) and allow user namespaces, or pass --no-sandbox to "
+            "grade without it (book/guide_instructors.md, 'The grader's threat model', says what is then "
+            "unprotected)" if problem.startswith("bwrap") else "fix what the reason names, and grade again"
+        )
         raise ValueError(
             f"no submission was graded: the sandbox cannot run on this machine ({problem}). Every student's "
-            "notebook is read, run and rendered in bubblewrap; install it (Debian: apt-get install bubblewrap) "
-            "and allow user namespaces, or pass --no-sandbox to grade without it (book/guide_instructors.md, 'The "
-            "grader's threat model', says what is then unprotected)"
+            f"notebook is read, run and rendered in bubblewrap; {advice}"
         )
     if not sandbox:
         print(report_text(UNSANDBOXED), file=sys.stderr, flush=True)

@@ -470,6 +470,22 @@ def test_grade_refuses_to_run_without_a_sandbox_unless_told(tmp_path):
     assert (out / "grades.csv").read_text().count("s1") == 1
 
 
+def test_a_sandbox_problem_that_is_not_bubblewrap_s_suggests_no_unsandboxed_grading(tmp_path, monkeypatch):
+    """Round 27: a folder another account could make first stopped grade with advice to pass --no-sandbox,
+    which would run that account's notebook with no sandbox."""
+    import autograder.grade
+
+    root = _class_with(tmp_path, {"s1": {}})
+    monkeypatch.setattr(autograder.grade, "bwrap_problem",
+                        lambda: "the kernel's view of the course cannot be built (No space left on device)")
+    with pytest.raises(ValueError, match="cannot be built") as refused:
+        autograder.grade.grade(root, tmp_path / "out")
+    assert "--no-sandbox" not in str(refused.value) and "fix what the reason names" in str(refused.value)
+    monkeypatch.setattr(autograder.grade, "bwrap_problem", lambda: "bwrap cannot create a sandbox here (1)")
+    with pytest.raises(ValueError, match="or pass --no-sandbox to grade without it"):
+        autograder.grade.grade(root, tmp_path / "out")
+
+
 @pytest.mark.slow
 @needs_bwrap
 def test_a_kernel_cannot_open_the_machine_s_settings_for_writing(tmp_path):
