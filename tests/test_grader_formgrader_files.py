@@ -6,7 +6,8 @@ submission's files would land if anything put them there (``autograded/<student>
 nbgrader's formgrader serves beside the submission, and ``submitted/<student>/<assignment>/``, where nbgrader's
 own collect copies a submission's every file), with a notebook whose markdown holds a ``<script>``, a ``<script
 src="figure.js">`` and an ``<img onerror>``. Each script, if it ran, would do what the attack that this test
-keeps out did: write a file through ``PUT /api/contents`` with the instructor's login, and log a line.
+keeps out did: write a file through ``PUT /api/contents`` with the instructor's login (which the server now
+refuses too: its files are read-only), and log a line.
 
 Debian's Chromium, driven by Playwright, opens every route that can serve such a file: ``/files/``, ``/view/``,
 ``/nbconvert/html/`` and nbgrader's ``/formgrader/submissions/<id>/<file>``. No planted file may appear, no
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import os
 import sys
 import tempfile
@@ -206,13 +206,13 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
             assert page.evaluate("() => document.images.length && document.images[0].naturalWidth") == 1
             assert not ran and not list(out.glob("ran-*.txt")), (ran, sorted(out.glob("ran-*.txt")))
 
-            # The payload works where script may run: in the formgrader's own page, it writes its file.
+            # The payload runs where script may run, in the formgrader's own page, and its write reaches the
+            # server with the instructor's login, which refuses it: the formgrader's files are read-only.
             page.goto(f"{base}/formgrader/manage_assignments")
             with page.expect_response(lambda response: "/api/contents/ran-control.txt" in response.url) as written:
                 page.evaluate(payload("control").removesuffix(";"))
-            assert written.value.status == 201, written.value.status
-            assert json.loads(written.value.text())["name"] == "ran-control.txt"
-            assert (out / "ran-control.txt").is_file() and ran == ["planted script ran: control"]
+            assert written.value.status == 403 and "read-only" in written.value.text(), written.value.status
+            assert ran == ["planted script ran: control"] and not (out / "ran-control.txt").exists()
             context.close()
     finally:
         server.stop()

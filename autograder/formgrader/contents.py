@@ -7,12 +7,12 @@ file handler on DIR). This manager (``--ServerApp.contents_manager_class``, set 
 :mod:`autograder.formgrader.server`) and its files handler refuse, with 403, every path outside an allowlist:
 
 - the files at DIR's top level (the grader's own: its report, the course configuration, the gradebook; and a
-  file the instructor creates there), but no link;
+  file the instructor put there), but no link;
 - the folders of :data:`SERVED_FOLDERS` and everything under them: ``autograded/`` (each submission rebuilt
   with its texts, code and outputs capped, :mod:`autograder.feedback.outputs`), ``feedback/`` (the pages the
   grading stage made), ``source/`` and ``release/`` (the course's own notebooks).
 
-Everything else -- ``submitted/``, where ``collect`` puts each student's notebook as it came (up to the
+Nothing is changed through it (:class:`ServedFolders` refuses every write). Everything else -- ``submitted/``, where ``collect`` puts each student's notebook as it came (up to the
 intake's cap, parsed by nothing outside the grading stage), the grader's logs, its records -- is refused and
 left out of every listing. An allowlist, not a list of known folders: a folder a later version adds is
 refused until it is named here.
@@ -93,8 +93,37 @@ class ServedFilesHandler(AuthenticatedFileHandler):
 _LISTING = ContextVar("listing", default=None)  # the API path of the folder being listed (per request)
 
 
+READ_ONLY = ("the formgrader's files are read-only: grades and comments go into the gradebook through the "
+             "formgrader's pages; change a file with the course's commands or in a terminal of your own")
+
+
 class ServedFolders(AsyncLargeFileManager):
-    """JupyterLab's file manager, refusing (403) and hiding every path that :func:`served` does not allow."""
+    """JupyterLab's file manager, refusing (403) and hiding every path that :func:`served` does not allow, and
+    refusing every change (403): no write, new file, copy, rename, deletion or checkpoint. The formgrader grades
+    through nbgrader's gradebook, never through files; a page that runs script in the formgrader's origin, or
+    a token that leaks, could otherwise write the course's ``nbgrader_config.py``, which every nbgrader command
+    run in the folder executes as the instructor."""
+
+    async def save(self, model, path=""):
+        raise HTTPError(403, READ_ONLY)
+
+    async def delete_file(self, path):
+        raise HTTPError(403, READ_ONLY)
+
+    async def rename_file(self, old_path, new_path):
+        raise HTTPError(403, READ_ONLY)
+
+    async def copy(self, from_path, to_path=None):
+        raise HTTPError(403, READ_ONLY)
+
+    async def create_checkpoint(self, path):
+        raise HTTPError(403, READ_ONLY)
+
+    async def restore_checkpoint(self, checkpoint_id, path):
+        raise HTTPError(403, READ_ONLY)
+
+    async def delete_checkpoint(self, checkpoint_id, path):
+        raise HTTPError(403, READ_ONLY)
 
     @default("files_handler_class")
     def _files_handler_class_default(self):
