@@ -190,10 +190,14 @@ def _db_password_problem(db_url: str | None) -> str | None:
         url = make_url(db_url)
     except ArgumentError:
         return None
-    if url.password is None:
+    in_query = sorted(key for key in url.query if "password" in key.lower())  # libpq's password, sslpassword
+    if url.password is None and not in_query:
         return None
     shown = url.render_as_string(hide_password=True)
-    without = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, url.query)
+    if in_query:
+        shown = f"{shown.split('?', 1)[0]}?{'&'.join(f'{key}=***' for key in in_query)}..."
+    query = {key: value for key, value in url.query.items() if key not in in_query}
+    without = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
     return (f"--db {shown} holds a password, which every account of this machine can read on grade's command line "
             f"while it runs; leave it out of the URL ({without.render_as_string()}) and give it through "
             "PGPASSWORD or ~/.pgpass (the database's own ways)")

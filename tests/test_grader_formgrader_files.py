@@ -24,6 +24,7 @@ import http.client
 import os
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 import nbformat
@@ -41,12 +42,14 @@ PNG = base64.b64decode(
 
 
 def payload(name: str) -> str:
-    """Script that writes ``ran-<name>.txt`` at the server's root through the contents API, as the instructor
+    """Script that writes ``ran-<name>.txt`` at the served folder's top through the contents API, as the instructor
     (the login cookie and the ``_xsrf`` cookie of the formgrader's origin), and logs that it ran."""
     return (
         "(function(){var m=document.cookie.match(/_xsrf=([^;]+)/);"
         f"console.log('planted script ran: {name}');"
-        f"fetch('/api/contents/ran-{name}.txt',{{method:'PUT',credentials:'include',"
+        # under the run's random path, which the server's routes start with
+        "var b=(location.pathname.match(/^\\/[0-9a-f]{16}/)||[''])[0];"
+        f"fetch(b+'/api/contents/ran-{name}.txt',{{method:'PUT',credentials:'include',"
         "headers:{'Content-Type':'application/json','X-XSRFToken':m?decodeURIComponent(m[1]):''},"
         "body:JSON.stringify({type:'file',format:'text',content:'ran'})});})();"
     )
@@ -174,7 +177,8 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
 
             # the same refusal for paths that reach submitted/ (or the gradebook) only once decoded or normalized,
             # sent as written with the browser's login and _xsrf cookies
-            host, port = base.removeprefix("http://").split(":")
+            where = urllib.parse.urlsplit(base)
+            host, port, prefix = where.hostname, where.port, where.path  # prefix: the run's random path
             cookies = {cookie["name"]: cookie["value"] for cookie in context.cookies()}
             login = {"Authorization": f"token {token}", "X-XSRFToken": cookies.get("_xsrf", ""),
                      "Cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
@@ -190,7 +194,7 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
                           f"files/autograded/../submitted/{STUDENT}/{ASSIGNMENT}/figure.html",
                           f"files/source/%2E%2E/submitted/{STUDENT}/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"):
                 connection = http.client.HTTPConnection(host, int(port), timeout=30)
-                connection.request("GET", f"/{route}", headers=login)
+                connection.request("GET", f"{prefix}/{route}", headers=login)
                 answer = connection.getresponse()
                 body = answer.read()
                 # nbgrader's pages answer with its own error page, the server's with the refusal's reason
@@ -198,7 +202,7 @@ def test_no_planted_file_runs_script_on_any_route_that_serves_it(tmp_path, monke
                 assert answer.status == 403 and reason and b"SQLite format" not in body, (route, answer.status)
                 connection.close()
             connection = http.client.HTTPConnection(host, int(port), timeout=30)  # the same login, a file in place
-            connection.request("GET", f"/formgrader/submissions/{submission}/figure.png", headers=login)
+            connection.request("GET", f"{prefix}/formgrader/submissions/{submission}/figure.png", headers=login)
             assert connection.getresponse().status == 200
             connection.close()
 

@@ -19,12 +19,14 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from planted import run_module
 
 from autograder.formgrader.server import listening_sockets, served_by, socket_inodes
 
+LOOPBACK = "127.0.0.1"
 HOLDS_A_PORT = """
 import socket, sys
 listener = socket.socket()
@@ -52,18 +54,50 @@ def test_a_port_is_served_by_the_process_whose_socket_listens_there(another_proc
         mine.bind(("127.0.0.1", 0))
         mine.listen()
         port = mine.getsockname()[1]
-        assert listening_sockets(port) and listening_sockets(port) <= socket_inodes(os.getpid())
-        assert served_by(os.getpid(), port)
-        assert not served_by(holder.pid, port)
-        assert served_by(holder.pid, held) and not served_by(os.getpid(), held)
-    assert not listening_sockets(port) and not served_by(os.getpid(), port)  # closed: nobody serves it
+        assert listening_sockets(port, LOOPBACK) and listening_sockets(port, LOOPBACK) <= socket_inodes(os.getpid())
+        assert served_by(os.getpid(), LOOPBACK, port)
+        assert not served_by(holder.pid, LOOPBACK, port)
+        assert served_by(holder.pid, LOOPBACK, held) and not served_by(os.getpid(), LOOPBACK, held)
+        assert not served_by(os.getpid(), "127.0.0.2", port)  # nothing listens at that address
+    assert not listening_sockets(port, LOOPBACK) and not served_by(os.getpid(), LOOPBACK, port)  # closed
 
 
 def test_a_bound_socket_that_does_not_listen_serves_nothing():
     with socket.socket() as bound:
         bound.bind(("127.0.0.1", 0))
         port = bound.getsockname()[1]
-        assert not listening_sockets(port) and not served_by(os.getpid(), port)
+        assert not listening_sockets(port, LOOPBACK) and not served_by(os.getpid(), LOOPBACK, port)
+
+
+def test_a_listener_at_another_address_of_the_port_is_not_counted_but_one_at_every_address_is(
+        another_process_s_port):
+    """Round 28: a student listening at [::1] or 127.0.0.2 on the formgrader's port takes none of its
+    connections, and stopped it for good when it was counted; one at 0.0.0.0 would take them, and counts."""
+    holder, _ = another_process_s_port
+    with socket.socket() as mine:
+        mine.bind((LOOPBACK, 0))
+        mine.listen()
+        port = mine.getsockname()[1]
+        others = []
+        try:
+            for family, address in ((socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.2")):
+                other = socket.socket(family)
+                other.bind((address, port))
+                other.listen()
+                others.append(other)
+            assert served_by(os.getpid(), LOOPBACK, port)
+            assert listening_sockets(port, "::1") == {os.fstat(others[0].fileno()).st_ino}
+            assert listening_sockets(port, "127.0.0.2") == {os.fstat(others[1].fileno()).st_ino}
+        finally:
+            for other in others:
+                other.close()
+    with socket.socket() as everywhere:
+        everywhere.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        everywhere.bind(("0.0.0.0", 0))
+        everywhere.listen()
+        wildcard = everywhere.getsockname()[1]
+        assert listening_sockets(wildcard, LOOPBACK) == {os.fstat(everywhere.fileno()).st_ino}
+        assert not served_by(holder.pid, LOOPBACK, wildcard)
 
 
 @pytest.fixture(scope="module")
@@ -74,24 +108,55 @@ def course(tmp_path_factory):
     return course
 
 
+class Formgrader:
+    """``python -m autograder formgrader --out COURSE --no-browser [--port PORT]``, its log in a file."""
+
+    def __init__(self, course: Path, home: Path, port: int | None = None) -> None:
+        home.mkdir(exist_ok=True)
+        self.log = home / "formgrader.log"
+        command = [sys.executable, "-m", "autograder", "formgrader", "--out", str(course), "--no-browser"]
+        self.process = subprocess.Popen(
+            [*command, *(["--port", str(port)] if port else [])], stdout=subprocess.PIPE,
+            stderr=self.log.open("wb"), text=True, env={**os.environ, "HOME": str(home)}, start_new_session=True,
+        )  # fmt: skip
+        self.first_line = self.process.stdout.readline()
+
+    @property
+    def url(self) -> str:
+        assert "/formgrader?token=" in self.first_line, self.first_line
+        return self.first_line.split(": ", 1)[1].strip()
+
+    @property
+    def base(self) -> str:
+        return self.url.split("formgrader?", 1)[0]  # http://127.0.0.1:PORT/<random>/
+
+    @property
+    def token(self) -> str:
+        return self.url.rsplit("token=", 1)[1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+        self.process.wait(timeout=60)
+
+
 @pytest.mark.slow
 def test_the_formgrader_prints_no_token_when_another_program_holds_its_port(another_process_s_port, course,
                                                                              tmp_path):
     _, held = another_process_s_port
-    environment = {**os.environ, "HOME": str(tmp_path), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-                   "JUPYTER_TOKEN": "a-token-that-must-not-be-printed"}
-    completed = subprocess.run(
-        [sys.executable, "-m", "autograder", "formgrader", "--out", str(course), "--port", str(held), "--no-browser"],
-        capture_output=True, text=True, timeout=300, env=environment, check=False,
-    )
-    assert completed.returncode != 0
-    assert "a-token-that-must-not-be-printed" not in completed.stdout + completed.stderr
-    assert f"another program may hold port {held}" in completed.stdout
+    server = Formgrader(course, tmp_path / "home", port=held)
+    server.stop()
+    assert server.process.returncode != 0
+    assert "token" not in server.first_line and f"another program may hold port {held}" in server.first_line
 
 
-def _request(url: str, token: str, method: str = "GET", body: dict | None = None) -> tuple[int, str]:
+def _request(url: str, token: str | None = None, method: str = "GET", body: dict | None = None,
+             cookie: str | None = None) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"token {token}"})
+    headers = {"Authorization": f"token {token}"} if token else {}
+    if cookie:
+        headers["Cookie"] = cookie
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
             return answer.status, answer.read().decode()
@@ -101,19 +166,11 @@ def _request(url: str, token: str, method: str = "GET", body: dict | None = None
 
 @pytest.mark.slow
 def test_the_formgrader_s_token_reads_files_and_changes_none(course, tmp_path):
-    token = "the-instructor-s-token"
-    environment = {**os.environ, "HOME": str(tmp_path), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-                   "JUPYTER_TOKEN": token}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "autograder", "formgrader", "--out", str(course), "--no-browser"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment, start_new_session=True,
-    )
+    server = Formgrader(course, tmp_path / "home")
     try:
-        line = server.stdout.readline()
-        assert "/formgrader?token=" in line, line
-        base = line.split(": ", 1)[1].split("/formgrader?", 1)[0]
+        base, token = server.base, server.token
         config = (course / "nbgrader_config.py").read_bytes()
-        status, text = _request(f"{base}/api/contents/nbgrader_config.py", token)
+        status, text = _request(f"{base}api/contents/nbgrader_config.py", token)
         assert status == 200 and json.loads(text)["type"] == "file"  # a control: the token reads
         changes = [
             ("PUT", "nbgrader_config.py", {"type": "file", "format": "text", "content": "import os"}),
@@ -122,15 +179,72 @@ def test_the_formgrader_s_token_reads_files_and_changes_none(course, tmp_path):
             ("POST", "", {"copy_from": "nbgrader_config.py"}),
             ("PATCH", "nbgrader_config.py", {"path": "moved.py"}),
             ("DELETE", "nbgrader_config.py", None),
-            ("POST", "nbgrader_config.py/checkpoints", None),
+            ("POST", "nbgrader_config.py/checkpoints", {}),
         ]
         for method, path, body in changes:
-            status, text = _request(f"{base}/api/contents/{path}", token, method, body or ({} if method != "DELETE"
-                                                                                          else None))
+            status, text = _request(f"{base}api/contents/{path}", token, method, body)
             assert status == 403 and "read-only" in text, (method, path, status, text[:300])
         assert (course / "nbgrader_config.py").read_bytes() == config
         assert not {"new.py", "moved.py"} & {path.name for path in course.iterdir()}
         assert not any(path.name.startswith("untitled") for path in course.iterdir())
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        server.stop()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _login_cookies(server: Formgrader) -> list[str]:
+    """The cookies the server sets when a browser opens the printed address (its token, once)."""
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        answer = opener.open(server.url, timeout=60)
+    except urllib.error.HTTPError as error:  # the redirect, not followed
+        answer = error
+    return answer.headers.get_all("Set-Cookie") or []
+
+
+@pytest.mark.slow
+def test_a_login_cookie_is_limited_to_its_run_s_path_and_opens_no_later_run(course, tmp_path):
+    """Round 28: browsers send a host's cookies to every port of it. A login cookie of this server is limited
+    to a path drawn for its run and signed by a secret of its run, so no other program's port receives it by a
+    link or an old tab, and a later run on the same port refuses it."""
+    first = Formgrader(course, tmp_path / "first")
+    try:
+        path = "/" + first.base.split("/", 3)[3].rstrip("/")  # the cookie path: the base without its slash
+        cookies = _login_cookies(first)
+        login = [cookie for cookie in cookies if cookie.startswith("username-")]
+        assert login and all(f"Path={path}" in cookie for cookie in cookies), cookies
+        assert len(path) == len("/0123456789abcdef")  # 16 hexadecimal digits drawn for the run
+        cookie = login[0].split(";", 1)[0]
+        assert _request(f"{first.base}api/contents", cookie=cookie)[0] == 200  # a control: it logs in
+        port = int(first.base.split(":")[2].split("/")[0])
+    finally:
+        first.stop()
+    second = Formgrader(course, tmp_path / "second", port=port)
+    try:
+        assert second.base != first.base
+        assert _request(f"{second.base}api/contents", cookie=cookie)[0] == 403  # signed by the first run's secret
+        assert _request(f"{second.base}api/contents", second.token)[0] == 200
+        assert _request(f"{second.base}api/contents", first.token)[0] == 403
+    finally:
+        second.stop()
+
+
+@pytest.mark.slow
+def test_the_server_s_log_reaches_the_terminal_escaped(course, tmp_path):
+    """Round 28: tornado refuses ESC and BEL in a request line but logs the 8-bit controls (CSI is 0x9b), which
+    any account that reaches the port could send to the instructor's terminal."""
+    server = Formgrader(course, tmp_path / "home")
+    try:
+        host, port = server.base.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(b"GET /\x9b2J\x9d0;forged\x9c HTTP/1.1\r\nHost: x\r\n\r\n")
+            connection.recv(65536)
+    finally:
+        server.stop()
+    log = server.log.read_bytes()
+    assert b"\\x9b2J" in log or b"%C2%9B2J" in log or b"\\u009b" in log, log[-2000:]
+    assert not any(byte in log for byte in (b"\x9b", b"\x9d", b"\xc2\x9b")), log[-2000:]

@@ -116,6 +116,13 @@ def test_the_grade_command_refuses_a_password_on_its_command_line(tmp_path):
     assert "(postgresql://grader@127.0.0.1:5432/posenc)" in completed.stderr and "PGPASSWORD" in completed.stderr
     assert "hunter2" not in completed.stdout + completed.stderr
     assert not (tmp_path / "out" / "gradebook.db").exists()
+    # Round 28: libpq also takes a password from the URL's query.
+    completed = run_module("autograder", "grade", str(tmp_path / "class"), "--out", str(tmp_path / "out"),
+                           "--db", "postgresql://grader@127.0.0.1/posenc?sslmode=require&Password=hunter2",
+                           timeout=120)
+    assert completed.returncode == 2 and "holds a password" in completed.stderr
+    assert "(postgresql://grader@127.0.0.1/posenc?sslmode=require)" in completed.stderr
+    assert "hunter2" not in completed.stdout + completed.stderr
 
 
 def _grade_command(submissions: Path, out: Path) -> str:

@@ -6,8 +6,10 @@ submissions refer to, so the formgrader lists every submission and grades its wr
 that gradebook. JupyterLab runs from DIR (its working folder and ``root_dir``: nbgrader reads the course's
 configuration there and writes its log there, never in the repository), with the folder of this interpreter
 first on ``PATH`` (nbgrader runs the ``alembic`` program installed next to it), on ``--ip`` (loopback by
-default) and ``--port`` (a free one by default), with a token drawn at random unless ``JUPYTER_TOKEN`` is set
-(and with ``--allow-root`` when run as root).
+default) and ``--port`` (a free one by default), with a token drawn at random for each run, under a path
+drawn at random for each run (``/<random>/formgrader``: its login cookies are limited to that path and signed by
+a secret of this run, :func:`private_run_folder`), and with ``--allow-root`` when run as root. Its log reaches
+the terminal escaped (:func:`relay_output`).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
 the browser, which would be a root shell where the grader runs as root), no kernel can be started (one would
 run a notebook's code as the grader's user, outside the sandbox: :mod:`autograder.formgrader.no_kernels`), its
@@ -31,13 +33,18 @@ other way (``PR_SET_PDEATHSIG``), so that no server is left serving the class fo
 from __future__ import annotations
 
 import ctypes
+import ipaddress
+import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,17 +101,48 @@ def jupyterlab_command(out: Path, ip: str, open_browser: bool) -> list[str]:
     return command + ([] if open_browser else ["--no-browser"])
 
 
-def jupyterlab_environment(token: str, port: int) -> dict[str, str]:
+def jupyterlab_environment(token: str, port: int, run_folder: Path | None = None) -> dict[str, str]:
+    """The server's environment: its token and port (off the command line), and, with ``run_folder`` (this
+    run's private folder, :func:`private_run_folder`), that folder first on its configuration path and as its
+    runtime folder (where jupyter_server keeps the secret that signs its login cookies)."""
     environment = dict(os.environ)
     path = [str(Path(sys.executable).parent), *filter(None, environment.get("PATH", "").split(os.pathsep))]
     environment["PATH"] = os.pathsep.join(dict.fromkeys(path))
     python_path = [str(PACKAGE_ROOT), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
     environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
-    config_path = [str(LAB_CONFIG_DIR), *filter(None, environment.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    ours = [str(run_folder)] if run_folder is not None else []
+    config_path = [*ours, str(LAB_CONFIG_DIR),
+                   *filter(None, environment.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(config_path))
+    if run_folder is not None:
+        environment["JUPYTER_RUNTIME_DIR"] = str(run_folder / "runtime")
     environment["JUPYTER_TOKEN"] = token
     environment["JUPYTER_PORT"] = str(port)  # jupyter_server's ServerApp.port, from its environment
     return environment
+
+
+def private_run_folder(base_url: str) -> Path:
+    """A new folder of this run, which only this user can enter (``mkdtemp``), holding the server's
+    configuration of this run (``jupyter_server_config.json``: its ``base_url``) and its runtime folder: every
+    run gets a new secret for its login cookies and a new path that scopes them (browsers keep cookies per host,
+    not per port, and send them to every port of ``127.0.0.1``: a cookie limited to ``/<random>/`` and signed
+    by this run's secret reaches no other program's port by a link or an old tab, and opens no later run)."""
+    folder = Path(tempfile.mkdtemp(prefix="autograder-formgrader-"))
+    (folder / "runtime").mkdir(mode=0o700)
+    (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"base_url": base_url}}))
+    return folder
+
+
+def relay_output(source, stream: TextIO) -> None:
+    """Copy the server's output (its log: every request line, with paths a client chose) to ``stream``, each
+    line escaped as a line of ``report.txt`` (:func:`autograder.feedback.escape.report_text`): tornado refuses
+    ESC and BEL in a request but passes the 8-bit controls (``\\x9b`` is a CSI to many terminals), so any
+    account that reaches the port could otherwise write to the instructor's terminal."""
+    from autograder.feedback.escape import report_text
+
+    for line in source:
+        stream.write(report_text(line.rstrip(b"\n").decode("utf-8", "backslashreplace")) + "\n")
+        stream.flush()
 
 
 def server_limits(limits: Limits) -> Callable[[], None]:
@@ -130,10 +168,22 @@ def server_limits(limits: Limits) -> Callable[[], None]:
 TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket (include/net/tcp_states.h)
 
 
-def listening_sockets(port: int, proc: Path = Path("/proc")) -> set[int]:
-    """The inodes of every TCP socket of this network namespace that listens on ``port``, at any address, IPv4
-    or IPv6 (``/proc/net/tcp`` and ``tcp6``: the local address's port is the hexadecimal after its colon, the
-    state is the fourth column and the inode the tenth)."""
+def _address(hexadecimal: str) -> str:
+    """An address as ``/proc/net/tcp`` writes it (each 32-bit word in the machine's byte order) in its usual
+    form: ``0100007F`` is ``127.0.0.1`` on a little-endian machine."""
+    raw = bytes.fromhex(hexadecimal)
+    words = b"".join(raw[index:index + 4][::-1] if sys.byteorder == "little" else raw[index:index + 4]
+                     for index in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(words))
+
+
+def listening_sockets(port: int, ip: str, proc: Path = Path("/proc")) -> set[int]:
+    """The inodes of the TCP sockets of this network namespace that listen on ``ip:port`` or on the port at
+    every address of the same family (``0.0.0.0``, ``::``, which would take the connections to ``ip`` too):
+    ``/proc/net/tcp`` and ``tcp6``, where the local address is the second column (address and port in
+    hexadecimal), the state the fourth and the inode the tenth. A listener at another address of the port (``[::1]``,
+    ``127.0.0.2``) takes no connection to ``ip`` and is left out."""
+    wanted = ipaddress.ip_address(ip)
     found = set()
     for table in ("tcp", "tcp6"):
         try:
@@ -142,7 +192,12 @@ def listening_sockets(port: int, proc: Path = Path("/proc")) -> set[int]:
             continue
         for line in lines:
             columns = line.split()
-            if len(columns) > 9 and columns[3] == TCP_LISTEN and int(columns[1].rsplit(":", 1)[1], 16) == port:
+            if len(columns) <= 9 or columns[3] != TCP_LISTEN:
+                continue
+            address, listened = columns[1].rsplit(":", 1)
+            local = ipaddress.ip_address(_address(address))
+            if int(listened, 16) == port and (local == wanted or (local.is_unspecified
+                                                                  and local.version == wanted.version)):
                 found.add(int(columns[9]))
     return found
 
@@ -164,11 +219,11 @@ def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
     return held
 
 
-def served_by(pid: int, port: int) -> bool:
-    """Whether ``port`` is listened on, and only by sockets process ``pid`` holds: a port that another account
-    took first (between the choice of a free port and JupyterLab's bind) would receive the token that the
-    printed address carries, so an answer on the port proves nothing; whose socket answers does."""
-    listening = listening_sockets(port)
+def served_by(pid: int, ip: str, port: int) -> bool:
+    """Whether ``ip:port`` is listened on, and only by sockets process ``pid`` holds: a port that another
+    account took first (between the choice of a free port and JupyterLab's bind) would receive the token that
+    the printed address carries, so an answer on the port proves nothing; whose socket answers does."""
+    listening = listening_sockets(port, ip)
     return bool(listening) and listening <= socket_inodes(pid)
 
 
@@ -178,35 +233,45 @@ def serve(
     """Run JupyterLab with the formgrader of ``out`` until it stops; return its exit code.
 
     Raises:
-        ValueError: ``out`` is not a folder that ``grade`` wrote (no ``nbgrader_config.py``), or ``port`` is
-            not between 1 and 65535.
+        ValueError: ``out`` is not a folder that ``grade`` wrote (no ``nbgrader_config.py``), ``ip`` is not an
+            address (a name would be resolved by JupyterLab, and its listener could not be checked), or ``port``
+            is not between 1 and 65535.
     """
     stream = stream or sys.stdout
     out = Path(out).resolve()
     configured_db_url(out)
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"port must be between 1 and 65535, got {port}")
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise ValueError(f"ip must be an address such as 127.0.0.1 or ::1, got {ip!r}") from None
     port = port or free_port(ip)
-    token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    token = secrets.token_hex(24)  # a new one each run: a token an old tab still sends opens nothing
+    base_url = f"/{secrets.token_hex(8)}/"
+    run_folder = private_run_folder(base_url)
     process = subprocess.Popen(
-        jupyterlab_command(out, ip, open_browser), cwd=out, env=jupyterlab_environment(token, port),
+        jupyterlab_command(out, ip, open_browser), cwd=out, env=jupyterlab_environment(token, port, run_folder),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         preexec_fn=server_limits(configured_limits()),  # noqa: PLW1509 (this process starts no threads of its own)
     )
+    threading.Thread(target=relay_output, args=(process.stdout, sys.stderr), daemon=True).start()
     previous = signal.signal(signal.SIGTERM, lambda number, frame: process.terminate())
     try:
         deadline = time.monotonic() + START_SECONDS
-        while process.poll() is None and not served_by(process.pid, port) and time.monotonic() < deadline:
+        while process.poll() is None and not served_by(process.pid, ip, port) and time.monotonic() < deadline:
             time.sleep(0.2)
         if process.poll() is not None:
             print(f"The formgrader did not start (JupyterLab ended with exit code {process.returncode}; another "
                   f"program may hold port {port}): run the command again", file=stream, flush=True)
             return process.returncode or 1
-        if not served_by(process.pid, port):
+        if not served_by(process.pid, ip, port):
             print(f"The formgrader did not start: after {START_SECONDS} s port {port} is not JupyterLab's alone "
                   f"(another program listens on it); run the command again", file=stream, flush=True)
             return 1
         host = f"[{ip}]" if ":" in ip else ip
-        print(f"The formgrader of {out}: http://{host}:{port}/formgrader?token={token}", file=stream, flush=True)
+        print(f"The formgrader of {out}: http://{host}:{port}{base_url}formgrader?token={token}", file=stream,
+              flush=True)
         print("Stop it with Ctrl-C.", file=stream, flush=True)
         return process.wait()
     except KeyboardInterrupt:
@@ -221,3 +286,4 @@ def serve(
             except subprocess.TimeoutExpired:
                 process.kill()
         signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(run_folder, ignore_errors=True)
