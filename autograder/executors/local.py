@@ -75,8 +75,7 @@ def start_workers(jobs: int, jupyter_directory: Path, worker_logs: Path) -> conc
 def _warm_up() -> None:
     """In a worker: import what its first submission would (torch, for the expected values of varied items, and
     torch's compiler, which ``torch.optim`` imports on its first use: a second of the first 03_learned)."""
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401 (imports torch first)
 
     import autograder.variants  # noqa: F401
 
