@@ -17,7 +17,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -248,3 +250,85 @@ def test_the_server_s_log_reaches_the_terminal_escaped(course, tmp_path):
     log = server.log.read_bytes()
     assert b"\\x9b2J" in log or b"%C2%9B2J" in log or b"\\u009b" in log, log[-2000:]
     assert not any(byte in log for byte in (b"\x9b", b"\x9d", b"\xc2\x9b")), log[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Only the grading accounts' connections (round 29: a cookie or token stolen by another account is useless)
+# ---------------------------------------------------------------------------------------------------------
+
+AS_ANOTHER_ACCOUNT = """
+import socket, sys
+connection = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+connection.sendall(("GET " + sys.argv[3] + " HTTP/1.1\\r\\nHost: " + sys.argv[1] + ":" + sys.argv[2]
+                    + "\\r\\nAuthorization: token " + sys.argv[4]
+                    + "\\r\\nConnection: close\\r\\n\\r\\n").encode())
+answer = b""
+try:
+    while chunk := connection.recv(65536):
+        answer += chunk
+except ConnectionResetError:  # closed with the request unread
+    pass
+print(repr(answer[:200]))
+"""
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+NOBODY = 65534
+
+
+def test_a_connection_s_owner_is_the_account_of_the_process_that_made_it():
+    from autograder.formgrader.peers import allowed_accounts, connection_owner
+
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname(), timeout=30) as client:
+            accepted, address = listener.accept()
+            with accepted:
+                assert address == client.getsockname()
+                assert connection_owner(address, accepted.getsockname()) == os.getuid()
+                assert connection_owner(address, ("127.0.0.2", accepted.getsockname()[1])) is None
+    assert allowed_accounts({"SUDO_UID": "1234"}) == {os.getuid(), 0, 1234}
+    assert allowed_accounts({"SUDO_UID": "x"}) == {os.getuid(), 0}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists() or not Path("/usr/bin/setpriv").exists(),
+                    reason="needs root, setpriv and the system's python3 to connect as another account")
+def test_the_formgrader_answers_its_own_account_and_closes_another_s_connection_with_the_token(course, tmp_path):
+    server = Formgrader(course, tmp_path / "home")
+    try:
+        where = urllib.parse.urlsplit(server.base)
+        path = f"{where.path}api/contents"
+        assert _request(f"{server.base}api/contents", server.token)[0] == 200  # the instructor's own account
+        arguments = ["-c", AS_ANOTHER_ACCOUNT, where.hostname, str(where.port), path, server.token]
+        control = subprocess.run([str(SYSTEM_PYTHON), *arguments], capture_output=True, text=True, timeout=120,
+                                 check=False, cwd="/")
+        assert control.stdout[2:].startswith("HTTP/1.1 200"), (control.stdout, control.stderr)  # the script works
+        completed = subprocess.run(
+            ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", str(SYSTEM_PYTHON),
+             "-c", AS_ANOTHER_ACCOUNT, where.hostname, str(where.port), path, server.token],
+            capture_output=True, text=True, timeout=120, check=False, cwd="/",
+        )
+        assert completed.stdout.strip() == "b''", (completed.stdout, completed.stderr)  # closed, no answer
+    finally:
+        server.stop()
+    assert "the formgrader answers connections of the user IDs" in server.log.read_text()
+
+
+@pytest.mark.slow
+def test_the_server_installs_no_package_writes_nothing_for_its_user_and_releases_nothing(course, tmp_path):
+    home = tmp_path / "home"
+    server = Formgrader(course, home)
+    try:
+        base, token = server.base, server.token
+        status, text = _request(f"{base}lab/api/extensions?refresh=0", token, "POST",
+                                {"cmd": "install", "extension_name": "a-package-of-a-student-s"})
+        assert status >= 400 or '"status": "error"' in text or "not supported" in text.lower(), (status, text)
+        status, _ = _request(f"{base}lab/api/settings/@jupyterlab/apputils-extension:themes", token, "PUT",
+                             {"raw": '{"theme": "JupyterLab Dark"}'})
+        assert status in (200, 204)  # a control: the settings service takes it...
+        assert not (home / ".jupyter").exists()  # ...into the run's own folder, not the instructor's home
+        status, text = _request(f"{base}formgrader/api/assignment/04_relative/release", token, "POST", {})
+        assert status == 403 and "release_assignment" in text
+    finally:
+        server.stop()
+    assert not list(Path(tempfile.gettempdir()).glob("autograder-formgrader-*/settings"))  # removed with the run

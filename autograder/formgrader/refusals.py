@@ -52,6 +52,8 @@ OFF_ROUTES = {
     r"/courses": "nbgrader's course list is the students' tool",
     r"/formgraders": "nbgrader's course list is the students' tool",
     r"/nbconvert/.*": "an export renders a notebook in the server, without the limits of the formgrader's views",
+    r"/formgrader/api/assignment/[^/]+/(?:un)?release": "nbgrader's release and unrelease write the exchange; "
+                                                        "release with nbgrader release_assignment in a terminal",
 }
 
 

@@ -60,7 +60,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the server imports its extensions
 # The server extensions of this package: the policy on every response, the refusal of the formgrader's calls
 # that would bypass the course's grader, and the submission views rendered under the grading stage's limits.
-SERVER_EXTENSIONS = ("autograder.formgrader.csp", "autograder.formgrader.refusals", "autograder.formgrader.views")
+SERVER_EXTENSIONS = ("autograder.formgrader.peers", "autograder.formgrader.csp", "autograder.formgrader.refusals",
+                     "autograder.formgrader.views")
 # nbgrader's student-side server extensions, which its package enables for every server: off in the formgrader
 # (their Validate runs a notebook in a kernel of its own, as the server's user; autograder.formgrader.refusals
 # also refuses their routes).
@@ -90,6 +91,7 @@ def jupyterlab_command(out: Path, ip: str, open_browser: bool) -> list[str]:
         f"--ServerApp.root_dir={out}",
         f"--ServerApp.ip={ip}",
         "--ServerApp.port_retries=0",
+        "--LabApp.extension_manager=readonly",  # no package installed or removed by the server (pip, as its user)
         "--ServerApp.default_url=/formgrader",
         "--ServerApp.terminals_enabled=False",
         "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels",
@@ -116,6 +118,11 @@ def jupyterlab_environment(token: str, port: int, run_folder: Path | None = None
     environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(config_path))
     if run_folder is not None:
         environment["JUPYTER_RUNTIME_DIR"] = str(run_folder / "runtime")
+        # What the server writes for its user (JupyterLab's settings and workspaces, the config service's
+        # files) lands in this run's folder and goes with it, never in the instructor's home.
+        environment["JUPYTER_CONFIG_DIR"] = str(run_folder / "config")
+        environment["JUPYTERLAB_SETTINGS_DIR"] = str(run_folder / "settings")
+        environment["JUPYTERLAB_WORKSPACES_DIR"] = str(run_folder / "workspaces")
     environment["JUPYTER_TOKEN"] = token
     environment["JUPYTER_PORT"] = str(port)  # jupyter_server's ServerApp.port, from its environment
     return environment

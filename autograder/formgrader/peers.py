@@ -1,0 +1,108 @@
+"""The formgrader answers only connections made by the accounts that may grade: no other account of the machine
+can talk to it, whatever it holds.
+
+A login cookie is a bearer secret, and browsers send a host's cookies to every port of it: any program on another
+port of ``127.0.0.1`` that the instructor's browser reaches (a link in a student's answer, a tab left open on an
+old formgrader's address that the program now holds) receives the formgrader's cookie, and a path that scopes it
+is no secret (the server's own 404 page names it). So the server does not rely on the secret alone: on the
+loopback, the kernel knows which account made each connection. This Jupyter server extension (enabled by
+:mod:`autograder.formgrader.server`) looks up every new connection, before its first byte is read, in
+``/proc/net/tcp`` (``tcp6``), where the client's socket is the row whose local address is the connection's
+remote one and whose remote address is the server's, and whose eighth column is its owner's user ID; the
+connection is closed at once unless that ID is one of :func:`allowed_accounts`:
+
+    allowed = {the server's own account, root, the account that ran sudo (SUDO_UID)}
+
+A browser of the instructor's account, and ``ssh -L`` forwarded by the instructor's session, connect as that
+account; a student's program, with a stolen cookie or token, connects as the student's, and is closed without an
+answer. A connection whose owner cannot be found (not on this machine's loopback) is closed as well: the
+formgrader listens on the loopback only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from tornado.httpserver import HTTPServer
+
+TABLES = ("tcp", "tcp6")
+
+
+def allowed_accounts(environment: dict[str, str] | None = None) -> frozenset[int]:
+    """The user IDs whose connections the formgrader answers: its own, root's, and ``SUDO_UID``'s when set."""
+    environment = os.environ if environment is None else environment
+    allowed = {os.getuid(), 0}
+    if (sudo := environment.get("SUDO_UID", "")).isdigit():
+        allowed.add(int(sudo))
+    return frozenset(allowed)
+
+
+def _endpoint(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """``ADDRESS:PORT`` as ``/proc/net/tcp`` writes it (hexadecimal, each 32-bit word in the machine's order)."""
+    address, port = text.rsplit(":", 1)
+    raw = bytes.fromhex(address)
+    words = b"".join(raw[index:index + 4][::-1] if sys.byteorder == "little" else raw[index:index + 4]
+                     for index in range(0, len(raw), 4))
+    return ipaddress.ip_address(words), int(port, 16)
+
+
+def _normalized(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    found = ipaddress.ip_address(address.split("%", 1)[0])
+    return found.ipv4_mapped or found if isinstance(found, ipaddress.IPv6Address) else found
+
+
+def connection_owner(client: tuple, server: tuple, proc: Path = Path("/proc")) -> int | None:
+    """The user ID of the socket at ``client`` (address, port) connected to ``server`` (address, port), from
+    ``/proc/net/tcp`` and ``tcp6``; None when no such socket is listed."""
+    client_address, client_port = _normalized(client[0]), client[1]
+    server_address, server_port = _normalized(server[0]), server[1]
+    for table in TABLES:
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            columns = line.split()
+            if len(columns) < 8:
+                continue
+            local, remote = _endpoint(columns[1]), _endpoint(columns[2])
+            local = (getattr(local[0], "ipv4_mapped", None) or local[0], local[1])
+            remote = (getattr(remote[0], "ipv4_mapped", None) or remote[0], remote[1])
+            if local == (client_address, client_port) and remote == (server_address, server_port):
+                return int(columns[7])
+    return None
+
+
+class AccountCheckedServer:
+    """What the extension puts in place of :meth:`tornado.httpserver.HTTPServer.handle_stream`: each new
+    connection is read only when its owner is an allowed account."""
+
+    allowed: frozenset[int] = frozenset()
+    original = HTTPServer.handle_stream
+
+    @classmethod
+    def handle_stream(cls, server: HTTPServer, stream, address) -> None:
+        try:
+            owner = connection_owner(address, stream.socket.getsockname())
+        except (OSError, ValueError):
+            owner = None
+        if owner not in cls.allowed:
+            stream.close()
+            return
+        cls.original(server, stream, address)
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    """Jupyter server's entry point: every connection's owner is checked before the server reads it."""
+    AccountCheckedServer.allowed = allowed_accounts()
+    HTTPServer.handle_stream = lambda server, stream, address: AccountCheckedServer.handle_stream(
+        server, stream, address)
+    serverapp.log.info("autograder: the formgrader answers connections of the user IDs %s only",
+                       sorted(AccountCheckedServer.allowed))
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "autograder.formgrader.peers"}]
