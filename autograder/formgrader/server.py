@@ -8,8 +8,9 @@ configuration there and writes its log there, never in the repository), with the
 first on ``PATH`` (nbgrader runs the ``alembic`` program installed next to it), on ``--ip`` (loopback by
 default) and ``--port`` (a free one by default), with a token drawn at random for each run, under a path
 drawn at random for each run (``/<random>/formgrader``: its login cookies are limited to that path and signed by
-a secret of this run, :func:`private_run_folder`), and with ``--allow-root`` when run as root. Its log reaches
-the terminal escaped (:func:`relay_output`).
+a secret of this run, :func:`private_run_folder`), and with ``--allow-root`` when run as root. It answers only
+connections of the grading accounts (:mod:`autograder.formgrader.peers`), and its log reaches the terminal
+escaped (:func:`relay_output`).
 The notebooks it shows were written by students, so the server is locked down: terminals are off (no shell in
 the browser, which would be a root shell where the grader runs as root), no kernel can be started (one would
 run a notebook's code as the grader's user, outside the sandbox: :mod:`autograder.formgrader.no_kernels`), its
@@ -131,9 +132,10 @@ def jupyterlab_environment(token: str, port: int, run_folder: Path | None = None
 def private_run_folder(base_url: str) -> Path:
     """A new folder of this run, which only this user can enter (``mkdtemp``), holding the server's
     configuration of this run (``jupyter_server_config.json``: its ``base_url``) and its runtime folder: every
-    run gets a new secret for its login cookies and a new path that scopes them (browsers keep cookies per host,
-    not per port, and send them to every port of ``127.0.0.1``: a cookie limited to ``/<random>/`` and signed
-    by this run's secret reaches no other program's port by a link or an old tab, and opens no later run)."""
+    run gets a new secret for its login cookies, so that a cookie of an earlier run opens no later one, and a new
+    path that limits where browsers send them. (Browsers keep cookies per host, not per port; the path is no
+    secret, since the server's own 404 page names it: what keeps another account's program from using a cookie it
+    received is that the server answers no connection of that account, :mod:`autograder.formgrader.peers`.)"""
     folder = Path(tempfile.mkdtemp(prefix="autograder-formgrader-"))
     (folder / "runtime").mkdir(mode=0o700)
     (folder / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"base_url": base_url}}))
