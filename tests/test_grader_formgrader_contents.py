@@ -1,4 +1,5 @@
-"""The formgrader's file manager serves DIR's top-level files and its served folders, and nothing else."""
+"""The formgrader's file manager serves DIR's top-level files and its served folders, and nothing else; it changes
+nothing anywhere (round 27)."""
 
 from __future__ import annotations
 
@@ -43,12 +44,15 @@ def test_the_top_listing_shows_the_served_folders_and_plain_files_only(manager):
                                   "autograded/alice/04_relative/link/alice/04_relative/04_relative.ipynb",
                                   "autograded/alice/04_relative/link"])
 def test_every_other_path_is_refused_for_reading_and_writing(manager, path):
-    for call in (lambda: manager.get(path), lambda: manager.is_hidden(path),
-                 lambda: manager.save({"type": "file", "format": "text", "content": "x"}, path + "/x.txt"),
-                 lambda: manager.delete_file(path)):
+    for call in (lambda: manager.get(path), lambda: manager.is_hidden(path)):
         with pytest.raises(HTTPError) as refused:
             run(call())
         assert refused.value.status_code == 403 and "Not served by the formgrader" in refused.value.log_message
+    for call in (lambda: manager.save({"type": "file", "format": "text", "content": "x"}, path + "/x.txt"),
+                 lambda: manager.delete_file(path)):
+        with pytest.raises(HTTPError) as refused:
+            run(call())
+        assert refused.value.status_code == 403
 
 
 def test_a_copy_from_a_path_that_leaves_the_served_folders_is_refused(manager):
@@ -63,8 +67,24 @@ def test_served_folders_are_listed_and_read_whole(manager):
     model = run(manager.get("autograded/alice/04_relative/04_relative.ipynb"))
     assert model["type"] == "notebook" and model["content"]["nbformat"] == 4
     assert run(manager.get("report.txt"))["content"] == "report\n"
-    saved = run(manager.save({"type": "file", "format": "text", "content": "notes"}, "notes.txt"))
-    assert saved["name"] == "notes.txt"
+
+def test_nothing_is_written_even_where_everything_is_read(manager):
+    root = manager.root_dir
+    before = sorted(os.listdir(root))
+    changes = (
+        lambda: manager.save({"type": "file", "format": "text", "content": "notes"}, "notes.txt"),
+        lambda: manager.save({"type": "file", "format": "text", "content": "import os"}, "report.txt"),
+        lambda: manager.new_untitled("autograded", type="file", ext=".py"),
+        lambda: manager.copy("report.txt", "feedback"),
+        lambda: manager.rename_file("report.txt", "moved.txt"),
+        lambda: manager.delete_file("report.txt"),
+        lambda: manager.create_checkpoint("report.txt"),
+    )
+    for call in changes:
+        with pytest.raises(HTTPError) as refused:
+            run(call())
+        assert refused.value.status_code == 403 and "read-only" in refused.value.log_message
+    assert sorted(os.listdir(root)) == before and run(manager.get("report.txt"))["content"] == "report\n"
 
 
 def test_the_rule_itself():
