@@ -54,11 +54,10 @@ def _normalized(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return found.ipv4_mapped or found if isinstance(found, ipaddress.IPv6Address) else found
 
 
-def connection_owner(client: tuple, server: tuple, proc: Path = Path("/proc")) -> int | None:
-    """The user ID of the socket at ``client`` (address, port) connected to ``server`` (address, port), from
-    ``/proc/net/tcp`` and ``tcp6``; None when no such socket is listed."""
-    client_address, client_port = _normalized(client[0]), client[1]
-    server_address, server_port = _normalized(server[0]), server[1]
+def tcp_sockets(proc: Path = Path("/proc")):
+    """Every TCP socket of this network namespace, from ``/proc/net/tcp`` and ``tcp6``, as
+    ``(local, remote, state, uid, inode)``: the endpoints as ``(address, port)`` (an IPv4-mapped IPv6 address as
+    its IPv4 one), the state as written (``0A``: listening), the owner's user ID and the socket's inode."""
     for table in TABLES:
         try:
             lines = (proc / "net" / table).read_text().splitlines()[1:]
@@ -66,13 +65,21 @@ def connection_owner(client: tuple, server: tuple, proc: Path = Path("/proc")) -
             continue
         for line in lines:
             columns = line.split()
-            if len(columns) < 8:
+            if len(columns) < 10:
                 continue
             local, remote = _endpoint(columns[1]), _endpoint(columns[2])
             local = (getattr(local[0], "ipv4_mapped", None) or local[0], local[1])
             remote = (getattr(remote[0], "ipv4_mapped", None) or remote[0], remote[1])
-            if local == (client_address, client_port) and remote == (server_address, server_port):
-                return int(columns[7])
+            yield local, remote, columns[3], int(columns[7]), int(columns[9])
+
+
+def connection_owner(client: tuple, server: tuple, proc: Path = Path("/proc")) -> int | None:
+    """The user ID of the socket at ``client`` (address, port) connected to ``server`` (address, port); None when
+    no such socket is listed."""
+    wanted = ((_normalized(client[0]), client[1]), (_normalized(server[0]), server[1]))
+    for local, remote, _, uid, _ in tcp_sockets(proc):
+        if (local, remote) == wanted:
+            return uid
     return None
 
 

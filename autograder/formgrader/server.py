@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TextIO
 
 from autograder.course_directory import configured_db_url
+from autograder.formgrader.peers import tcp_sockets
 from autograder.grade import configured_limits
 from autograder.sandbox.launcher import MEGABYTE, Limits
 from autograder.sandbox.stage import STAGE_MEMORY_MB
@@ -177,15 +178,6 @@ def server_limits(limits: Limits) -> Callable[[], None]:
 TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket (include/net/tcp_states.h)
 
 
-def _address(hexadecimal: str) -> str:
-    """An address as ``/proc/net/tcp`` writes it (each 32-bit word in the machine's byte order) in its usual
-    form: ``0100007F`` is ``127.0.0.1`` on a little-endian machine."""
-    raw = bytes.fromhex(hexadecimal)
-    words = b"".join(raw[index:index + 4][::-1] if sys.byteorder == "little" else raw[index:index + 4]
-                     for index in range(0, len(raw), 4))
-    return str(ipaddress.ip_address(words))
-
-
 def listening_sockets(port: int, ip: str, proc: Path = Path("/proc")) -> set[int]:
     """The inodes of the TCP sockets of this network namespace that listen on ``ip:port`` or on the port at
     every address of the same family (``0.0.0.0``, ``::``, which would take the connections to ``ip`` too):
@@ -193,22 +185,11 @@ def listening_sockets(port: int, ip: str, proc: Path = Path("/proc")) -> set[int
     hexadecimal), the state the fourth and the inode the tenth. A listener at another address of the port (``[::1]``,
     ``127.0.0.2``) takes no connection to ``ip`` and is left out."""
     wanted = ipaddress.ip_address(ip)
-    found = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (proc / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            columns = line.split()
-            if len(columns) <= 9 or columns[3] != TCP_LISTEN:
-                continue
-            address, listened = columns[1].rsplit(":", 1)
-            local = ipaddress.ip_address(_address(address))
-            if int(listened, 16) == port and (local == wanted or (local.is_unspecified
-                                                                  and local.version == wanted.version)):
-                found.add(int(columns[9]))
-    return found
+    return {
+        inode for (local, listened), _, state, _, inode in tcp_sockets(proc)
+        if state == TCP_LISTEN and listened == port
+        and (local == wanted or (local.is_unspecified and local.version == wanted.version))
+    }
 
 
 def socket_inodes(pid: int, proc: Path = Path("/proc")) -> set[int]:
