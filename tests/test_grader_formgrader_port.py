@@ -309,9 +309,18 @@ def test_the_formgrader_answers_its_own_account_and_closes_another_s_connection_
             capture_output=True, text=True, timeout=120, check=False, cwd="/",
         )
         assert completed.stdout.strip() == "b''", (completed.stdout, completed.stderr)  # closed, no answer
+        again = subprocess.run(
+            ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", str(SYSTEM_PYTHON),
+             "-c", AS_ANOTHER_ACCOUNT, where.hostname, str(where.port), path, server.token],
+            capture_output=True, text=True, timeout=120, check=False, cwd="/",
+        )
+        assert again.stdout.strip() == "b''", (again.stdout, again.stderr)
     finally:
         server.stop()
-    assert "the formgrader answers connections of the user IDs" in server.log.read_text()
+    log = server.log.read_text()
+    assert "the formgrader answers connections of the user IDs" in log
+    assert log.count(f"closed a connection of user ID {NOBODY}, which is not among") == 1  # named once, not twice
+    assert f"closed a connection of user ID {os.getuid()}," not in log
 
 
 @pytest.mark.slow

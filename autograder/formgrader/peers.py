@@ -25,6 +25,7 @@ import ipaddress
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from tornado.httpserver import HTTPServer
 
@@ -89,6 +90,8 @@ class AccountCheckedServer:
 
     allowed: frozenset[int] = frozenset()
     original = HTTPServer.handle_stream
+    log = None  # the server's logger: each refused account is named there once
+    named: ClassVar[set[int | None]] = set()
 
     @classmethod
     def handle_stream(cls, server: HTTPServer, stream, address) -> None:
@@ -98,6 +101,13 @@ class AccountCheckedServer:
             owner = None
         if owner not in cls.allowed:
             stream.close()
+            if owner not in cls.named and cls.log is not None:  # once per account, so no flood of lines
+                cls.named.add(owner)
+                cls.log.warning(
+                    "autograder: closed a connection of %s, which is not among the user IDs %s (this is said once "
+                    "per account); if it was your browser, run it, or the formgrader, as one of them (su sets no "
+                    "SUDO_UID: start the formgrader with sudo)",
+                    "an unknown account" if owner is None else f"user ID {owner}", sorted(cls.allowed))
             return
         cls.original(server, stream, address)
 
@@ -105,6 +115,7 @@ class AccountCheckedServer:
 def _load_jupyter_server_extension(serverapp) -> None:
     """Jupyter server's entry point: every connection's owner is checked before the server reads it."""
     AccountCheckedServer.allowed = allowed_accounts()
+    AccountCheckedServer.log = serverapp.log
     HTTPServer.handle_stream = lambda server, stream, address: AccountCheckedServer.handle_stream(
         server, stream, address)
     serverapp.log.info("autograder: the formgrader answers connections of the user IDs %s only",
