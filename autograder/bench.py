@@ -112,9 +112,13 @@ def plain_nbgrader(course: TemporaryCourse, submissions: Path, points: dict[str,
 
 
 def ours(submissions: Path, out: Path, jobs: int, points: dict[str, float]) -> tuple[float, bool, dict]:
-    """Seconds that ``python -m autograder grade`` takes; whether it ran sandboxed; and its :func:`profile`."""
+    """Seconds that ``python -m autograder grade`` takes; whether it ran sandboxed; and its :func:`profile`. Each
+    run starts without the workers' fork server, as a new command does (the first run would start it for the
+    others)."""
+    from autograder.executors.local import stop_fork_server
     from autograder.grade import grade
 
+    stop_fork_server()
     start = time.perf_counter()
     results = grade(submissions, out, jobs=jobs)
     elapsed = time.perf_counter() - start

@@ -83,7 +83,7 @@ from autograder.gradebook import (
 )
 from autograder.intake.exchange import collected_timestamps
 from autograder.intake.submissions import Skipped, collect
-from autograder.pipeline import write_ungraded
+from autograder.pipeline import StageSpec, write_ungraded
 from autograder.records import Records, record_key
 from autograder.sandbox import accounts, cgroups, seccomp
 from autograder.sandbox.grading_stage import cut_text
@@ -459,13 +459,18 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         assignments = sorted({submission.assignment for submission in collection.submissions}
                              | {skipped.assignment for skipped in collection.skipped if skipped.assignment})
         course = TemporaryCourse(work / "template", assignments)
+        kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
+        problem = bwrap_problem() if options.sandbox else "the sandbox was turned off (--no-sandbox)"
+        cgroup_problem = cgroups.problem()
         worker_logs = staging / "logs"
         pool = None
         if collection.submissions and not options.scheduler:  # its workers start beside what follows
             worker_logs.mkdir(parents=True, exist_ok=True)
-            pool = start_workers(options.jobs or default_jobs(limits), course.jupyter_directory, worker_logs)
+            # Each worker's warm stage binds the template course's folder, which is filled in below.
+            stage = StageSpec(course.directory, course.jupyter_directory, str(kernel_view), limits,
+                              cgroup_problem is None) if problem is None else None
+            pool = start_workers(options.jobs or default_jobs(limits), course.jupyter_directory, worker_logs, stage)
             stopping.callback(pool.shutdown, cancel_futures=True)  # whatever happens before run_local ends it
-        kernel_view = kernel_packages(work / "kernel-view")  # what every kernel of the batch imports
         check_nbgrader_schemas_once()  # as in the stage: nbgrader's validation, each schema checked once
         with course.gradebook_in_memory_only():  # a template, thrown away with the batch
             released = {
@@ -478,8 +483,6 @@ def _grade_into(path: Path, staging: Path, out: Path, class_gradebook, options: 
         collected = {assignment: collected_timestamps(path, assignment) if path.is_dir() else {}
                      for assignment in assignments}
         labels: Labels = {assignment: item_labels(notebook.cells) for assignment, notebook in released.items()}
-        problem = bwrap_problem() if options.sandbox else "the sandbox was turned off (--no-sandbox)"
-        cgroup_problem = cgroups.problem()
         warnings_found += _enforcement_warnings(problem, cgroup_problem, limits)
         database = _sqlite_file(options.db_url)
         hidden = tuple(

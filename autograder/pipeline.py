@@ -43,6 +43,7 @@ from autograder.feedback.pages import add_notes, file_text, ungraded_page
 from autograder.sandbox import accounts, cgroups
 from autograder.sandbox.crossing import AnswerError, read_answer
 from autograder.sandbox.grading_stage import StageRequest, students_splits
+from autograder.sandbox.launcher import Limits
 from autograder.sandbox.phases import phase_seconds
 from autograder.sandbox.stage import (
     HOME,
@@ -108,7 +109,7 @@ class Groups:
             group.remove()
 
 
-def _groups(task: Task) -> Groups | None:
+def _groups(task: Task | StageSpec) -> Groups | None:
     """The submission's control groups, or None where the machine gives none; OSError if they cannot be made."""
     if not task.use_cgroup:
         return None
@@ -188,30 +189,54 @@ class ServerContext:
 _SERVER: WarmStage | None = None  # this worker's
 
 
-def _server_key(task: Task) -> tuple:
-    """What a server is started for: the template course (and which folder it is), the kernelspec, the kernel's
-    view, the limits and whether control groups are used; a task that differs in any needs another server."""
-    template = task.template.stat()
-    return (str(task.template), template.st_dev, template.st_ino, str(task.jupyter), task.kernel_view, task.limits,
-            task.use_cgroup)
+@dataclass(frozen=True)
+class StageSpec:
+    """What a worker's warm stage is started for, the fields of a :class:`Task` of that name: the template course,
+    the kernelspec's folder, the kernel's view, the limits and whether control groups are used."""
+
+    template: Path
+    jupyter: Path | None
+    kernel_view: str
+    limits: Limits
+    use_cgroup: bool
+
+    @classmethod
+    def of(cls, task: Task) -> StageSpec:
+        return cls(task.template, task.jupyter, task.kernel_view, task.limits, task.use_cgroup)
 
 
-def _warm_server(task: Task) -> WarmStage:
-    """This worker's server for ``task``, started when there is none for it (or the one there is has ended).
+def start_stage(spec: StageSpec) -> None:
+    """Start this worker's warm stage for the tasks of ``spec`` now, before its first submission, which then
+    finds it running (a worker's first minutes are otherwise idle while the batch is prepared). Never raises: a
+    stage that cannot start here is started by the first submission, which reports why."""
+    with contextlib.suppress(Exception):
+        _warm_server(spec)
+
+
+def _server_key(spec: StageSpec) -> tuple:
+    """What a server is started for: ``spec``, with which folder the template course is; a task that differs in
+    any needs another server."""
+    template = spec.template.stat()
+    return (str(spec.template), template.st_dev, template.st_ino, str(spec.jupyter), spec.kernel_view, spec.limits,
+            spec.use_cgroup)
+
+
+def _warm_server(spec: StageSpec) -> WarmStage:
+    """This worker's server for ``spec``, started when there is none for it (or the one there is has ended).
 
     Raises:
         OSError: the control groups could not be made, or the server did not start.
         NoKernelAccount: see :func:`_kernel_namespace`.
     """
     global _SERVER
-    key = _server_key(task)
+    key = _server_key(spec)
     if _SERVER is not None and (_SERVER.key != key or not _SERVER.alive()):
         _SERVER.close()
         _SERVER = None
     if _SERVER is not None:
         return _SERVER
-    jupyter = task.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
-    groups = _groups(task)
+    jupyter = spec.jupyter or Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0])
+    groups = _groups(spec)
     namespace = None
     devices_folder = Path(tempfile.mkdtemp(prefix="autograder-devices-"))
     try:
@@ -220,13 +245,13 @@ def _warm_server(task: Task) -> WarmStage:
         namespace = _kernel_namespace(log)
         kernel_group = () if groups is None else groups.kernel.folders
         argv = bwrap_stage_argv(
-            task.template, jupyter,
-            extra=(Path(task.kernel_view),) if task.kernel_view else (),
+            spec.template, jupyter,
+            extra=(Path(spec.kernel_view),) if spec.kernel_view else (),
             writable=tuple(Path(folder) / "cgroup.procs" for folder in kernel_group),
             user_namespace=namespace, devices=devices,
         )
         _SERVER = WarmStage.start(
-            key, argv, stage_environment(jupyter, HOME), task.limits,
+            key, argv, stage_environment(jupyter, HOME), spec.limits,
             join_group=None if groups is None else groups.stage.join,
             pass_fds=() if namespace is None else (namespace,),
             context=ServerContext(groups, tuple(log), devices_folder, {
@@ -258,7 +283,7 @@ def _wait_until_empty(group: cgroups.KernelGroup, seconds: float = 5.0) -> None:
 def _grade_warm(task: Task, marks: dict[str, float], log: list[str]) -> tuple[StageOutcome, str]:
     """Grade ``task`` in a child of this worker's server; the stage's outcome and the note of the kernel's
     memory limit, if it was reached during this submission."""
-    server = _warm_server(task)
+    server = _warm_server(StageSpec.of(task))
     context: ServerContext = server.context
     log += context.log
     groups = context.groups

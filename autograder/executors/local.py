@@ -9,6 +9,14 @@ worker marks a submission as begun (a file in a folder of the batch) before it g
   submission is the one that kills workers, and it gets 0 and the reason.
 
 So one death costs the batch a new pool, never the other students' grades.
+
+The workers are forked by a fork server of this module's own (:data:`_FORK_SERVER`, multiprocessing's
+``forkserver`` method with its own server process): a single-threaded process, started once, that has imported
+what grading needs (:mod:`autograder.executors.worker_image`), so that a worker costs a fork where a spawned one
+imported torch again (seconds of a core per worker, per batch and per new pool). It is not multiprocessing's
+shared fork server, which :mod:`autograder.verdicts.verdict` starts with its own imports: a check forked from an
+image that holds torch would begin near its address-space limit. A worker takes the environment of the process
+that made its pool, not the fork server's (:func:`_init_worker`), as a spawned one would.
 """
 
 from __future__ import annotations
@@ -16,15 +24,22 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import multiprocessing
+import io
+import multiprocessing.context
+import multiprocessing.forkserver
+import multiprocessing.popen_forkserver
+import multiprocessing.reduction
+import multiprocessing.spawn
+import multiprocessing.util
 import os
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.pipeline import grade_task, write_ungraded
+from autograder.pipeline import StageSpec, grade_task, start_stage, write_ungraded
 from autograder.student.kernels import kernel_environment
 from autograder.types import Result, Task
 
@@ -32,9 +47,55 @@ WORKER_DIED = "the grader's worker process failed (it died while grading this su
 NO_WORKER = "the grader's worker process failed (the workers died before they began any submission)"
 
 
-def _init_worker(jupyter_directory: str, log_directory: str) -> None:
-    """Kernels of this worker run this interpreter; the worker's own output goes to a log file (each kernel has
-    its own, autograder.sandbox)."""
+class _ForkServerPopen(multiprocessing.popen_forkserver.Popen):
+    """multiprocessing's ``forkserver`` start, through :data:`_FORK_SERVER`: its ``_launch`` with the server named."""
+
+    def _launch(self, process_obj) -> None:
+        preparation = multiprocessing.spawn.get_preparation_data(process_obj._name)  # sys.path, the folder, main
+        message = io.BytesIO()
+        multiprocessing.context.set_spawning_popen(self)  # the pool's pipes are passed as descriptors
+        try:
+            multiprocessing.reduction.dump(preparation, message)
+            multiprocessing.reduction.dump(process_obj, message)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        self.sentinel, writer = _FORK_SERVER.connect_to_new_process(self._fds)
+        parent_writer = os.dup(writer)  # the child sees its parent's end as the end of this descriptor
+        self.finalizer = multiprocessing.util.Finalize(self, multiprocessing.util.close_fds,
+                                                       (parent_writer, self.sentinel))
+        with open(writer, "wb", closefd=True) as pipe:
+            pipe.write(message.getbuffer())
+        self.pid = multiprocessing.forkserver.read_signed(self.sentinel)
+
+
+class _WorkerProcess(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        return _ForkServerPopen(process_obj)
+
+
+class _WorkerContext(multiprocessing.context.ForkServerContext):
+    Process = _WorkerProcess
+
+
+_FORK_SERVER = multiprocessing.forkserver.ForkServer()
+_FORK_SERVER.set_forkserver_preload(["autograder.executors.worker_image"])
+_CONTEXT = _WorkerContext()
+
+
+def stop_fork_server() -> None:
+    """End the fork server, if it runs: the next pool starts a new one, which imports everything again (a
+    measurement of a whole batch, :mod:`autograder.bench`, starts each run from there, as a new command does)."""
+    _FORK_SERVER._stop()
+
+
+def _init_worker(jupyter_directory: str, log_directory: str, environment: dict[str, str]) -> None:
+    """This worker's environment is ``environment`` (its pool's maker's, where the fork server kept its own);
+    kernels of this worker run this interpreter; the worker's own output goes to a log file (each kernel has its
+    own, autograder.sandbox)."""
+    os.environ.clear()
+    os.environ.update(environment)
+    tempfile.tempdir = None  # found again from this environment's TMPDIR when first asked for
     os.environ.update(kernel_environment(Path(jupyter_directory)))
     warnings.filterwarnings("ignore")  # SQLAlchemy's and traitlets' warnings belong to nbgrader, not to us
     log_file = os.open(
@@ -62,30 +123,40 @@ def _grade_marked(task: Task, begun: str, grade: Callable[[Task], Result]) -> Re
     return grade(task)
 
 
-def start_workers(jobs: int, jupyter_directory: Path, worker_logs: Path) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of ``jobs`` workers, started now, each importing what grading needs (:func:`_warm_up`), for
-    :func:`run_local`: the workers start while the caller still prepares the batch (the template course, the
-    gradebook), on the cores that preparation leaves idle."""
+def start_workers(jobs: int, jupyter_directory: Path, worker_logs: Path,
+                  stage: StageSpec | None = None) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of ``jobs`` workers, started now, for :func:`run_local`: the workers (and the fork server, with
+    its imports, on the first pool of this process) start in a thread of their own while the caller still
+    prepares the batch (the template course, the gradebook), on the cores that preparation leaves idle, and each
+    starts its warm grading stage for ``stage`` (:func:`autograder.pipeline.start_stage`) if it is given. The
+    pool's first :meth:`~concurrent.futures.Executor.submit` in the caller waits for the workers to exist."""
     pool = _new_pool(jobs, jupyter_directory, worker_logs)
-    for _ in range(jobs):
-        pool.submit(_warm_up)
+    threading.Thread(target=_start, args=(pool, jobs, stage), name="autograder-workers", daemon=True).start()
     return pool
 
 
-def _warm_up() -> None:
-    """In a worker: import what its first submission would (torch, for the expected values of varied items, and
-    torch's compiler, which ``torch.optim`` imports on its first use: a second of the first 03_learned)."""
-    import torch._dynamo  # noqa: F401 (imports torch first)
+def _start(pool: concurrent.futures.ProcessPoolExecutor, jobs: int, stage: StageSpec | None) -> None:
+    """Start ``jobs`` workers of ``pool`` (a submission starts one while none is idle)."""
+    with contextlib.suppress(Exception):  # the caller's own submissions meet the same failure, and report it
+        for _ in range(jobs):
+            pool.submit(_warm_up, stage)
 
-    import autograder.variants  # noqa: F401
+
+def _warm_up(stage: StageSpec | None) -> None:
+    """In a worker: import what its first submission would (:mod:`autograder.executors.worker_image`, already
+    imported where the fork server imported it), and start its warm grading stage for ``stage``."""
+    import autograder.executors.worker_image  # noqa: F401
+
+    if stage is not None:
+        start_stage(stage)
 
 
 def _new_pool(jobs: int, jupyter_directory: Path, worker_logs: Path) -> concurrent.futures.ProcessPoolExecutor:
     return concurrent.futures.ProcessPoolExecutor(
         max_workers=jobs,
-        mp_context=multiprocessing.get_context("spawn"),  # no fork of a process that may hold threads
+        mp_context=_CONTEXT,  # forked by a single-threaded server, never by this process (which may hold threads)
         initializer=_init_worker,
-        initargs=(str(jupyter_directory), str(worker_logs)),
+        initargs=(str(jupyter_directory), str(worker_logs), dict(os.environ)),
     )
 
 
