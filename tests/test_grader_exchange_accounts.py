@@ -519,3 +519,34 @@ def test_a_roster_that_names_a_student_submitted_is_refused(tmp_path):
         read_roster(roster)
     roster.write_text("student_id,account\nalice,alice\nsubmitted2,bob\n", encoding="utf-8")
     assert read_roster(roster) == {"alice": "alice", "submitted2": "bob"}
+
+
+def test_collect_warns_of_a_rostered_student_s_home_that_other_accounts_can_enter(tmp_path, accounts):
+    """Round 30: in the guide's loop, homes made the ordinary way (0755) let every student read another's work in
+    progress, and nbgrader's cached copy of each submission with the secret that names its feedback page."""
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    roster = _roster(tmp_path / "roster.csv", accounts)
+    name, uid = accounts["alice"]
+    _inbound_folder(exchange / COURSE / "inbound", "alice", "2026-01-01 10:00:00.000000 UTC", uid)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    assert not home.exists()  # the fixture's accounts have none
+    home.mkdir()
+    try:
+        os.chown(home, uid, pwd.getpwnam(name).pw_gid)
+        os.chmod(home, 0o755)
+        completed = _collect(exchange, roster, out, cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        assert (f"warning: the home of 1 rostered account(s) lets other accounts in: {name} ({home}, mode 0755)."
+                in completed.stdout), completed.stdout
+        assert "collected alice" in completed.stdout  # a warning, not a refusal
+        os.chmod(home, 0o750)  # its group may enter: the account's own group (useradd --user-group), no other
+        own_group = _collect(exchange, roster, out, cwd=tmp_path)
+        assert own_group.returncode == 0 and "lets other accounts in" not in own_group.stdout, own_group.stdout
+        os.chown(home, uid, pwd.getpwnam(accounts["bob"][0]).pw_gid)  # bob's group: bob may enter
+        shared = _collect(exchange, roster, out, cwd=tmp_path)
+        assert f"lets other accounts in: {name} ({home}, mode 0750)." in shared.stdout, shared.stdout
+        os.chmod(home, 0o700)
+        private = _collect(exchange, roster, out, cwd=tmp_path)
+        assert private.returncode == 0 and "lets other accounts in" not in private.stdout, private.stdout
+    finally:
+        shutil.rmtree(home)

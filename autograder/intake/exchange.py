@@ -46,6 +46,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import grp
 import hashlib
 import json
 import os
@@ -451,6 +452,13 @@ def collect(
         deadline = final.deadline  # a later collection keeps it, whatever its options
     inbound = open_inbound(exchange, course_id)
     collected = Collected()
+    if opened := open_homes(roster):
+        shown = ", ".join(opened[:5]) + (f" and {len(opened) - 5} more" if len(opened) > 5 else "")
+        collected.warnings.append(
+            f"the home of {len(opened)} rostered account(s) lets other accounts in: {shown}. There any student can "
+            "read another's work before it is submitted, and nbgrader's copy of each submission with its "
+            "submission_secret.txt, which names that student's released feedback page in the exchange; make each "
+            "home private (chmod 700 HOME; HOME_MODE 0700 in /etc/login.defs for accounts made later)")
     written = 0
     private_folder(out)  # the instructor's alone when new: it holds every student's work and nbgrader's secrets
     with inbound:
@@ -504,6 +512,34 @@ def collect(
                 "memory keeps its change time, and was taken as on time (on a file system held in memory, such as "
                 "tmpfs, however long after); collect with --deadline at the deadline itself (at, cron)")
     return collected
+
+
+def open_homes(roster: dict[str, str]) -> list[str]:
+    """``ACCOUNT (HOME, mode MODE)`` of each rostered account whose home gives another account any permission:
+    others any, or its group any when the group has another member (read, or enter: a file at a path known in
+    advance, such as nbgrader's cache, is then read by its name)."""
+    opened = []
+    for account in sorted(set(roster.values())):
+        try:
+            home = pwd.getpwnam(account).pw_dir
+            status = os.stat(home)
+        except (KeyError, OSError):  # no such account (refused elsewhere), or no home
+            continue
+        mode = stat.S_IMODE(status.st_mode)
+        if mode & 0o007 or (mode & 0o070 and _group_has_others(status.st_gid, account)):
+            opened.append(f"{account} ({home}, mode {mode:04o})")
+    return opened
+
+
+def _group_has_others(gid: int, account: str) -> bool:
+    """Whether group ``gid`` has a member other than ``account`` (listed, or by its primary group); an unknown
+    group is taken to have."""
+    try:
+        members = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        return True
+    members |= {entry.pw_name for entry in pwd.getpwall() if entry.pw_gid == gid}
+    return bool(members - {account})
 
 
 def _duration(span: datetime.timedelta) -> str:
