@@ -213,6 +213,14 @@ def start_stage(spec: StageSpec) -> None:
         _warm_server(spec)
 
 
+def close_stage() -> None:
+    """End this worker's warm stage, if it has one, with its sandbox, control groups and device files."""
+    global _SERVER
+    if _SERVER is not None:
+        _SERVER.close()
+        _SERVER = None
+
+
 def _server_key(spec: StageSpec) -> tuple:
     """What a server is started for: ``spec``, with which folder the template course is; a task that differs in
     any needs another server."""

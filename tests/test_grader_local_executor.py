@@ -7,6 +7,7 @@ reason, marked as the grader's failure; every other submission is graded, once.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -70,7 +71,6 @@ def test_workers_that_cannot_start_end_the_batch_with_a_reason_for_each(tmp_path
 
 def where_it_runs(task: Task) -> Result:
     """In a worker: its parent, the environment variable the test set, and its temporary folder, as the message."""
-    import json
     import tempfile
 
     seen = {"parent": os.getppid(), "mark": os.environ.get("AUTOGRADER_TEST_MARK"), "tmp": tempfile.gettempdir()}
@@ -78,8 +78,6 @@ def where_it_runs(task: Task) -> Result:
 
 
 def test_workers_are_forked_by_a_warm_single_threaded_server_with_the_callers_environment(tmp_path, monkeypatch):
-    import json
-
     from autograder.executors import local
 
     (tmp_path / "worker-logs").mkdir()
@@ -121,7 +119,10 @@ def stage_of_this_worker(task: Task) -> Result:
     server = pipeline._SERVER
     running = server is not None and server.alive() and server.key == pipeline._server_key(
         pipeline.StageSpec.of(task))
-    return Result(task.student, task.assignment, [Item("first_test", 2.0 if running else 0.0, 2.0, "passed", "")])
+    held = [] if server is None else [str(server.context.devices), *(
+        str(folder) for folder in (server.context.groups.whole.folders if server.context.groups else ()))]
+    return Result(task.student, task.assignment,
+                  [Item("first_test", 2.0 if running else 0.0, 2.0, "passed", json.dumps(held))])
 
 
 @pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot run here: {bwrap_problem()}")
@@ -146,3 +147,6 @@ def test_a_worker_started_for_a_stage_has_it_running_before_its_first_submission
     run_local([task], 1, course.jupyter_directory, tmp_path / "worker-logs", delivered.append,
               grade=stage_of_this_worker, pool=pool)
     assert delivered[0].score == (2.0 if given else 0.0)
+    held = json.loads(delivered[0].items[0].message)  # the stage's device files and control groups
+    assert bool(held) == given
+    assert not [folder for folder in held if Path(folder).exists()]  # gone with the worker

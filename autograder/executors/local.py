@@ -21,7 +21,6 @@ that made its pool, not the fork server's (:func:`_init_worker`), as a spawned o
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import contextlib
 import io
@@ -32,14 +31,13 @@ import multiprocessing.reduction
 import multiprocessing.spawn
 import multiprocessing.util
 import os
-import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.pipeline import StageSpec, grade_task, start_stage, write_ungraded
+from autograder.pipeline import StageSpec, close_stage, grade_task, start_stage, write_ungraded
 from autograder.student.kernels import kernel_environment
 from autograder.types import Result, Task
 
@@ -103,18 +101,9 @@ def _init_worker(jupyter_directory: str, log_directory: str, environment: dict[s
     )
     os.dup2(log_file, 1)
     os.dup2(log_file, 2)
-    atexit.register(_end_now)  # registered last, so run first once the pool has let the worker go
-
-
-def _end_now() -> None:
-    """A worker's last step, once the pool has told it to end: its output flushed, then its process ended
-    without Python's finalization, which tears down torch, nbgrader and SQLAlchemy one module at a time (about a
-    second of every worker, which the batch waited for). Nothing of a worker's is left to save by then: its
-    results went back as they were made, and it holds no file or database of the batch open."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+    # A forked worker ends without Python's exit functions (multiprocessing's os._exit), so its warm stage's
+    # cleanup (its control groups, its device files) runs among multiprocessing's own finalizers.
+    multiprocessing.util.Finalize(None, close_stage, exitpriority=10)
 
 
 def _grade_marked(task: Task, begun: str, grade: Callable[[Task], Result]) -> Result:
