@@ -180,8 +180,9 @@ def _enforcement_warnings(bwrap: str | None, cgroup: str | None, limits: Limits)
 def _prepare_task(task: Task, submission) -> Task | Result:
     """The task to run for one submission, or its result when there is nothing to grade. The student's
     notebook is not read here: the grading stage reads it, in its sandbox (:mod:`autograder.pipeline`)."""
-    if submission.path is None:
-        return write_ungraded(task, submission.reason or "the folder holds no notebook")
+    if submission.path is None:  # a copy the grader could not keep is its failure: no hand grade is touched
+        return write_ungraded(task, submission.reason or "the folder holds no notebook",
+                              grader_failure=submission.grader_failure)
     return dataclasses.replace(task, notebook=submission.path)
 
 

@@ -209,7 +209,9 @@ def test_the_class_cap_refuses_the_file_that_would_pass_it_and_receives_the_rest
         "02_sinusoidal.ipynb is 3000 bytes and was not copied: the class's files may take at most 2000 bytes of "
         "the grader's folder (0 are taken; grade --max-class-mb sets the cap)"
     )
+    assert found["aaa_hoarder"].grader_failure  # the grader's limit, not the student's fault (round 30)
     assert found["bob"].path is not None and found["cy"].path is not None
+    assert not found["bob"].grader_failure
     assert sum(len(content) for content in _copies(received).values()) == 800
 
 
@@ -231,7 +233,7 @@ def _run_with_small_disk(tmp_path: Path, disk_bytes: int, python: str) -> dict:
         from autograder.intake.submissions import collect
         {python}
         collection = collect(pathlib.Path({str(tmp_path / "class")!r}), {ASSIGNMENTS!r}, pathlib.Path({str(received / "received")!r}))
-        print(json.dumps({{s.student + "/" + s.assignment: s.reason for s in collection.submissions}}))
+        print(json.dumps({{s.student + "/" + s.assignment: [s.reason, s.grader_failure] for s in collection.submissions}}))
         """
     )
     done = subprocess.run(
@@ -240,7 +242,10 @@ def _run_with_small_disk(tmp_path: Path, disk_bytes: int, python: str) -> dict:
         capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    found = json.loads(done.stdout)
+    # a copy the grader could not keep (its disk) is the grader's failure; the others are nobody's
+    assert all(grader_failure == (reason is not None) for reason, grader_failure in found.values()), found
+    return {key: reason for key, (reason, _) in found.items()}
 
 
 def _hoarder_and_honest(tmp_path: Path) -> None:
@@ -274,7 +279,8 @@ def test_a_disk_that_fills_during_a_copy_refuses_that_submission_only(tmp_path):
     )
     assert reasons["bob/02_sinusoidal"] is None and reasons["cy/02_sinusoidal"] is None
     assert reasons["aaa_hoarder/01_permutation"] is None
-    assert reasons["aaa_hoarder/02_sinusoidal"] == "02_sinusoidal.ipynb could not be copied (No space left on device)"
+    assert reasons["aaa_hoarder/02_sinusoidal"] == (
+        "02_sinusoidal.ipynb could not be copied into the grader's folder (No space left on device)")
 
 
 def test_the_free_space_is_read_from_the_grader_folder(tmp_path, monkeypatch):
@@ -284,6 +290,24 @@ def test_the_free_space_is_read_from_the_grader_folder(tmp_path, monkeypatch):
     [submission] = collect(tmp_path / "class", ASSIGNMENTS, tmp_path / "received").submissions
     assert asked == [tmp_path / "received"]
     assert "the grader's folder has 0 bytes free" in submission.reason
+    assert submission.grader_failure
+
+
+@pytest.mark.slow
+def test_a_notebook_the_grader_has_no_room_for_is_the_grader_s_failure_and_a_link_the_student_s(
+        tmp_path, monkeypatch):
+    """Round 30: a student filled the grader's temporary folder, and every notebook that was not copied was
+    graded 0 as if it were the student's answer now, which removed every hand grade of the class for good. A
+    grader's failure keeps the hand grades and is graded again by the next run (tests/test_grader_records.py)."""
+    from autograder.grade import grade
+
+    _put(tmp_path / "class" / "ada" / "02_sinusoidal" / "02_sinusoidal.ipynb", NOTEBOOK)
+    (tmp_path / "class" / "bob" / "02_sinusoidal").mkdir(parents=True)
+    (tmp_path / "class" / "bob" / "02_sinusoidal" / "02_sinusoidal.ipynb").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(received_module, "free_bytes", lambda folder: 0)
+    results = {result.student: result for result in grade(tmp_path / "class", tmp_path / "out", jobs=1)}
+    assert results["ada"].grader_failure and "the grader's folder has 0 bytes free" in results["ada"].reason
+    assert not results["bob"].grader_failure and "link" in results["bob"].reason
 
 
 def test_what_was_not_read_of_a_students_folder_is_kept_as_that_students(tmp_path):

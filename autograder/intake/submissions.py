@@ -34,7 +34,7 @@ from pathlib import Path
 from autograder.course_directory import EXCHANGE_FILES, MAX_EXCHANGE_FILE_BYTES
 from autograder.intake.zip_tree import MAX_DIRECTORY_BYTES, MAX_ZIP_MEMBERS, WRAPPER_FOLDER, ZipTree
 from autograder.student.received import DEFAULT_MAX_CLASS_BYTES, Budget
-from autograder.student.safe_files import Entry, Folder, Refused, shown, walk
+from autograder.student.safe_files import Entry, Folder, NotReceived, Refused, shown, walk
 from autograder.student.sanitize import MAX_NOTEBOOK_BYTES
 
 __all__ = ["MAX_DIRECTORY_BYTES", "MAX_ZIP_MEMBERS", "Collection", "Skipped", "Submission", "class_root", "collect"]
@@ -59,6 +59,7 @@ class Submission:
     notes: tuple[str, ...] = ()
     folder: Path | None = None
     reason: str | None = None
+    grader_failure: bool = False  # not received for a reason of the grader's (NotReceived), not of the student's
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ def _collect_folder(
         return
     except OSError as error:  # the grader's own folder could not be made (a disk full): 0, with the reason
         reason = f"the submission could not be received ({error.strerror or type(error).__name__})"
-        submission = Submission(student, assignment, None, (f"not graded: {reason}",), None, reason)
+        submission = Submission(student, assignment, None, (f"not graded: {reason}",), None, reason, True)
     collection.submissions.append(submission)
 
 
@@ -283,11 +284,13 @@ def _receive(
     destination.mkdir(parents=True)
     chosen, notes = _choose_notebook(names, assignment)
     path = reason = None
+    grader_failure = False
     if chosen is not None:
         try:
             folder.copy(chosen, MAX_NOTEBOOK_BYTES, destination / chosen, budget)
         except Refused as error:
             reason = str(error)
+            grader_failure = isinstance(error, NotReceived)
             notes = (f"not graded: {reason}", *notes)
         else:
             path = destination / chosen
@@ -298,4 +301,4 @@ def _receive(
             folder.copy(name, MAX_EXCHANGE_FILE_BYTES, destination / name, budget)
         except Refused as error:
             notes = (*notes, f"{name} next to the notebook was not used: it {error.why}")
-    return Submission(student, assignment, path, notes, destination, reason)
+    return Submission(student, assignment, path, notes, destination, reason, grader_failure)

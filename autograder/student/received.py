@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.student.safe_files import Refused
+from autograder.student.safe_files import NotReceived, Refused
 
 MEGABYTE = 1024**2
 DEFAULT_MAX_CLASS_BYTES = 2048 * MEGABYTE
@@ -51,17 +51,17 @@ class Budget:
         """Count ``size`` bytes of the file ``name`` before it is copied.
 
         Raises:
-            Refused: the copy would pass the class's cap, or leave less than :data:`RESERVED_FREE_BYTES` free.
+            NotReceived: the copy would pass the class's cap, or leave less than :data:`RESERVED_FREE_BYTES` free.
         """
         if self.used + size > self.limit:
-            raise Refused(
+            raise NotReceived(
                 name,
                 f"is {size} bytes and was not copied: the class's files may take at most {self.limit} bytes of "
                 f"the grader's folder ({self.used} are taken; grade --max-class-mb sets the cap)",
             )
         free = free_bytes(self.folder)
         if size + RESERVED_FREE_BYTES > free:
-            raise Refused(
+            raise NotReceived(
                 name,
                 f"is {size} bytes and was not copied: the grader's folder has {free} bytes free, and "
                 f"{RESERVED_FREE_BYTES} must stay free for the grading",
@@ -78,25 +78,33 @@ def write_chunks(read: Callable[[int], bytes], name: str, size: int, target: Pat
     new file ``target``; return how many. ``target`` must not exist; it is deleted when the copy fails.
 
     Raises:
-        Refused: the source holds more than ``size`` bytes (``beyond`` is the reason), or the copy failed (its
-            reason: ``No space left on device``, or what ``read`` raised as :class:`Refused`).
+        Refused: the source holds more than ``size`` bytes (``beyond`` is the reason), or could not be read (what
+            ``read`` raised as :class:`Refused`, or its error).
+        NotReceived: ``target`` could not be written (``No space left on device``): the grader's folder.
     """
     try:
         sink = os.open(target, _WRITE_FLAGS, 0o600)
     except OSError as error:
-        raise Refused(name, f"could not be copied ({error.strerror or error})") from error
+        raise NotReceived(name, f"could not be copied into the grader's folder ({error.strerror or error})") from error
     written = 0
     try:
-        while chunk := read(min(CHUNK_BYTES, size + 1 - written)):
+        while True:
+            try:
+                chunk = read(min(CHUNK_BYTES, size + 1 - written))
+            except OSError as error:
+                raise Refused(name, f"could not be read ({error.strerror or error})") from error
+            if not chunk:
+                break
             written += len(chunk)
             if written > size:
                 raise Refused(name, beyond)
             view = memoryview(chunk)
-            while view:
-                view = view[os.write(sink, view) :]
-    except OSError as error:
-        _delete(sink, target)
-        raise Refused(name, f"could not be copied ({error.strerror or error})") from error
+            try:
+                while view:
+                    view = view[os.write(sink, view) :]
+            except OSError as error:
+                raise NotReceived(
+                    name, f"could not be copied into the grader's folder ({error.strerror or error})") from error
     except BaseException:
         _delete(sink, target)
         raise

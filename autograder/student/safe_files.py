@@ -88,6 +88,12 @@ class Refused(Exception):
         self.why = why
 
 
+class NotReceived(Refused):
+    """A file the grader did not keep a copy of for a reason of its own, not of the file's: the class's cap, or
+    its own folder's free space or a write to it that failed. Its submission is the grader's failure (its earlier
+    results and hand grades stay), never the student's 0."""
+
+
 def _not_a_regular_file(mode: int) -> str | None:
     """Why a file of this mode is not read, or None for a regular file."""
     if stat.S_ISREG(mode):
