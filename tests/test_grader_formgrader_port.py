@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -288,6 +289,65 @@ def test_a_connection_s_owner_is_the_account_of_the_process_that_made_it():
                 assert connection_owner(address, ("127.0.0.2", accepted.getsockname()[1])) is None
     assert allowed_accounts({"SUDO_UID": "1234"}) == {os.getuid(), 0, 1234}
     assert allowed_accounts({"SUDO_UID": "x"}) == {os.getuid(), 0}
+
+
+def test_a_connection_s_owner_is_asked_of_the_kernel_not_read_from_a_table_that_any_account_can_lengthen(
+        monkeypatch):
+    """Round 30: reading all of /proc/net/tcp for every connection cost 0.26 s of the server's only thread once a
+    student held 18,000 connections, and a flood of connections then kept the formgrader from answering."""
+    from autograder.formgrader import peers
+
+    def no_table(*arguments):
+        raise AssertionError("the table was read")
+
+    monkeypatch.setattr(peers, "tcp_sockets", no_table)
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        with socket.socket(socket.AF_INET6) as mapped:  # an IPv6 socket connected to an IPv4 address
+            mapped.connect(("::ffff:127.0.0.1", listener.getsockname()[1]))
+            accepted, address = listener.accept()
+            with accepted:
+                assert peers.connection_owner(address, accepted.getsockname()) == os.getuid()
+
+
+SENDS_AND_CLOSES = """
+import socket, sys
+connection = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+connection.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+connection.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists() or not Path("/usr/bin/setpriv").exists(),
+                    reason="needs root, setpriv and the system's python3 to connect as another account")
+def test_a_connection_closed_before_it_is_checked_has_no_owner_though_the_kernel_s_table_says_root():
+    """Round 30: another account connected, sent its request and closed before the server looked the connection
+    up; the kernel lists such a socket (time-wait) with uid 0, root's, which the formgrader answers: a burst of
+    such requests (with a stolen token) changed the gradebook."""
+    from autograder.formgrader.peers import connection_owner, tcp_sockets
+
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        sent = subprocess.run(
+            ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", str(SYSTEM_PYTHON),
+             "-c", SENDS_AND_CLOSES, LOOPBACK, str(port)],
+            capture_output=True, text=True, timeout=120, check=False, cwd="/",
+        )
+        assert sent.returncode == 0, sent.stderr
+        accepted, address = listener.accept()  # after the client closed: its request waits, unread
+        with accepted:
+            assert accepted.recv(4) == b"GET "
+            assert connection_owner(address, accepted.getsockname()) is None  # closed, held by no process
+            deadline = time.monotonic() + 30
+            while (rows := [(state, uid, inode) for local, remote, state, uid, inode in tcp_sockets()
+                            if (str(local[0]), local[1]) == address and remote[1] == port]) != [("05", 0, 0)]:
+                assert time.monotonic() < deadline, rows  # (an orphan first, with its maker's uid)
+                time.sleep(0.05)
+            # what /proc/net/tcp says of it now: a time-wait socket (fin-wait-2), root's
+            assert connection_owner(address, accepted.getsockname()) is None
 
 
 @pytest.mark.slow

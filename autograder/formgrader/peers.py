@@ -6,17 +6,20 @@ port of ``127.0.0.1`` that the instructor's browser reaches (a link in a student
 old formgrader's address that the program now holds) receives the formgrader's cookie, and a path that scopes it
 is no secret (the server's own 404 page names it). So the server does not rely on the secret alone: on the
 loopback, the kernel knows which account made each connection. This Jupyter server extension (enabled by
-:mod:`autograder.formgrader.server`) looks up every new connection, before its first byte is read, in
-``/proc/net/tcp`` (``tcp6``), where the client's socket is the row whose local address is the connection's
-remote one and whose remote address is the server's, and whose eighth column is its owner's user ID; the
-connection is closed at once unless that ID is one of :func:`allowed_accounts`:
+:mod:`autograder.formgrader.server`) asks the kernel, for every new connection and before its first byte is read,
+for the client's socket: the one whose local end is the connection's remote one and whose remote end is the
+server's (:func:`autograder.formgrader.sock_diag.socket_record`, one lookup whatever else is open, so that no
+account can slow the check by opening connections). The connection is answered only when that socket is
+established and held by a process (an inode), and its owner is one of :func:`allowed_accounts`:
 
     allowed = {the server's own account, root, the account that ran sudo (SUDO_UID)}
 
-A browser of the instructor's account, and ``ssh -L`` forwarded by the instructor's session, connect as that
-account; a student's program, with a stolen cookie or token, connects as the student's, and is closed without an
-answer. A connection whose owner cannot be found (not on this machine's loopback) is closed as well: the
-formgrader listens on the loopback only.
+A socket its process has closed is no evidence: the kernel keeps it a while (time-wait) with uid 0 and no inode,
+and a request sent before the close would still be read. A browser of the instructor's account, and ``ssh -L``
+forwarded by the instructor's session, connect as that account; a student's program, with a stolen cookie or
+token, connects as the student's, and is closed without an answer. A connection whose client cannot be found
+(not on this machine's loopback), or that the kernel cannot be asked about, is closed as well: the formgrader
+listens on the loopback only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tornado.httpserver import HTTPServer
+
+from autograder.formgrader.sock_diag import ESTABLISHED, socket_record
 
 TABLES = ("tcp", "tcp6")
 
@@ -74,14 +79,17 @@ def tcp_sockets(proc: Path = Path("/proc")):
             yield local, remote, columns[3], int(columns[7]), int(columns[9])
 
 
-def connection_owner(client: tuple, server: tuple, proc: Path = Path("/proc")) -> int | None:
-    """The user ID of the socket at ``client`` (address, port) connected to ``server`` (address, port); None when
-    no such socket is listed."""
-    wanted = ((_normalized(client[0]), client[1]), (_normalized(server[0]), server[1]))
-    for local, remote, _, uid, _ in tcp_sockets(proc):
-        if (local, remote) == wanted:
-            return uid
-    return None
+def connection_owner(client: tuple, server: tuple) -> int | None:
+    """The user ID of the process that holds the socket at ``client`` (address, port) connected to ``server``
+    (address, port); None when no process holds an established socket there (none, or one closed already).
+
+    Raises:
+        OSError, ValueError: the kernel could not be asked (:func:`autograder.formgrader.sock_diag.socket_record`).
+    """
+    record = socket_record(client, server)
+    if record is None or record.state != ESTABLISHED or record.inode == 0:
+        return None
+    return record.uid
 
 
 class AccountCheckedServer:
