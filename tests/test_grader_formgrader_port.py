@@ -386,6 +386,7 @@ def test_the_formgrader_answers_its_own_account_and_closes_another_s_connection_
 @pytest.mark.slow
 def test_the_server_installs_no_package_writes_nothing_for_its_user_and_releases_nothing(course, tmp_path):
     home = tmp_path / "home"
+    earlier = set(Path(tempfile.gettempdir()).glob("autograder-formgrader-*/settings"))  # of servers killed before
     server = Formgrader(course, home)
     try:
         base, token = server.base, server.token
@@ -403,5 +404,5 @@ def test_the_server_installs_no_package_writes_nothing_for_its_user_and_releases
         assert status == 403 and "release_assignment" in text
     finally:
         server.stop()
-    assert not list(Path(tempfile.gettempdir()).glob("autograder-formgrader-*/settings"))  # removed with the run
+    assert set(Path(tempfile.gettempdir()).glob("autograder-formgrader-*/settings")) <= earlier  # removed with the run
     assert "Extension Manager is 'readonly'" in server.log.read_text()
