@@ -261,7 +261,7 @@ def _collect_command(arguments: argparse.Namespace) -> int:
         f"collected {len(collected.accepted)} submission(s) of {arguments.assignment} into {arguments.out}; "
         f"refused {len(collected.refused)}"
     )
-    return 0
+    return 1 if collected.no_room else 0  # the grader's own failure: a run from cron or at shows it
 
 
 # The commands that write the instructor's side into --out: the answer key and hidden tests, the gradebook,

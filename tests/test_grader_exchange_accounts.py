@@ -550,3 +550,72 @@ def test_collect_warns_of_a_rostered_student_s_home_that_other_accounts_can_ente
         assert private.returncode == 0 and "lets other accounts in" not in private.stdout, private.stdout
     finally:
         shutil.rmtree(home)
+
+
+def test_a_collection_after_the_deadline_that_has_no_room_is_not_final(tmp_path, accounts, monkeypatch):
+    """Round 30: a student filled the course's disk at the deadline; the collection refused everyone for room and
+    still recorded the copies collected before as final, so each on-time last submission was later refused as
+    changed after the deadline. A submission the grader has no room for is the grader's failure: that
+    collection records nothing, says so, and the next one, with room, takes the on-time work."""
+    from autograder.intake import exchange as exchange_module
+    from autograder.intake.exchange import collect, final_path
+
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = {"alice": accounts["alice"][0]}
+    deadline = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
+    _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1], b'{"first": 1}')
+    collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=deadline - datetime.timedelta(hours=2))
+    newest = _inbound_folder(inbound, "alice", "2026-01-01 11:00:00.000000 UTC", accounts["alice"][1],
+                             b'{"last, on time": 1}')
+    real_usage = shutil.disk_usage
+
+    class Full:
+        free = 0
+
+    monkeypatch.setattr(exchange_module.shutil, "disk_usage", lambda path: Full)
+    at_deadline = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                          now=deadline + datetime.timedelta(seconds=5))
+    assert at_deadline.no_room == ["alice"] and not at_deadline.accepted
+    assert at_deadline.refused == [(newest.name, (
+        f"its 20 bytes could not be written into {out} (the class's cap, or the free space); the grader's failure, "
+        "not the student's"))]
+    assert not final_path(out, ASSIGNMENT).exists()  # nothing final was recorded
+    assert any("so it is not final" in warning for warning in at_deadline.warnings), at_deadline.warnings
+    monkeypatch.setattr(exchange_module.shutil, "disk_usage", real_usage)
+    again = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                    now=deadline + datetime.timedelta(seconds=30))
+    assert again.accepted == {"alice": newest.name} and not again.refused and not again.late
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"last, on time": 1}'
+    assert final_path(out, ASSIGNMENT).exists()
+
+
+def test_a_secret_copied_from_another_student_s_submission_is_refused_and_the_first_keeps_it(tmp_path, accounts):
+    """Round 30: nbgrader's release_feedback names each page by the submission's secret; a student who read
+    another's secret (nbgrader's cache, in a home others may enter) submitted it as his own, and his page was
+    released over the victim's."""
+    from autograder.intake.exchange import collect
+
+    exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
+    inbound = exchange / COURSE / "inbound"
+    roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
+    victim = _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1],
+                             b'{"alice": 1}')
+    copier = _inbound_folder(inbound, "bob", "2026-01-01 10:05:00.000000 UTC", accounts["bob"][1], b'{"bob": 1}')
+    (copier / "submission_secret.txt").write_bytes((victim / "submission_secret.txt").read_bytes())
+    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out)
+    assert collected.accepted == {"alice": victim.name}
+    [(name, reason)] = collected.refused
+    # handed in: the latest of the name's time and the changes of what was read (the copier changed his later)
+    assert name == copier.name and reason.startswith("its submission_secret.txt is also that of alice's submission "
+                                                     "handed in at "), reason
+    assert reason.endswith(" UTC: each submission has a secret of its own, and nbgrader names each released feedback "
+                           "page by it (what was collected of this student before is kept)"), reason
+    assert not (out / "bob").exists() or not list((out / "bob").iterdir())
+    # The same when the victim's copy was collected by an earlier run, and not chosen now: it is read from DIR.
+    shutil.rmtree(victim)
+    later = collect(exchange, COURSE, ASSIGNMENT, roster, out)
+    assert not later.accepted and [name for name, _ in later.refused] == [copier.name]
+    # A secret of one's own is collected.
+    (copier / "submission_secret.txt").write_text(secrets.token_hex(64))
+    assert collect(exchange, COURSE, ASSIGNMENT, roster, out).accepted == {"bob": copier.name}

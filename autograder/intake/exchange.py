@@ -46,6 +46,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import errno
 import grp
 import hashlib
 import json
@@ -100,6 +101,7 @@ class Collected:
     refused: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     late: dict[str, datetime.timedelta] = field(default_factory=dict)  # accepted after the deadline, by how much
+    no_room: list[str] = field(default_factory=list)  # students whose submission could not be written: the grader's
 
 
 def read_roster(path: Path) -> dict[str, str]:
@@ -461,47 +463,79 @@ def collect(
             "home private (chmod 700 HOME; HOME_MODE 0700 in /etc/login.defs for accounts made later)")
     written = 0
     private_folder(out)  # the instructor's alone when new: it holds every student's work and nbgrader's secrets
-    with inbound:
-        for record in _listing(inbound, assignment, roster, uids, collected):
-            if record.student in collected.accepted:
-                continue  # an older submission of a student already collected
-            try:
-                files = _read_submission(
-                    inbound, record, assignment, uids[record.student], roster[record.student], now, deadline,
-                    allow_late,
-                )
-            except (ValueError, Refused) as error:
-                collected.refused.append((record.name, str(error)))
-                continue
-            if final is not None and _digest(files.notebook) != final.notebooks.get(record.student):
-                # Not what the first collection after the deadline took: changed since, whatever its times say.
-                collected_at = f"{final.collected_at:%Y-%m-%d %H:%M:%S} UTC"
-                if record.student not in final.notebooks:
-                    reason = (f"this student was not on the roster of the collection at {collected_at}, after the "
-                              f"deadline, so nothing of theirs was kept then")
-                elif final.notebooks[record.student] is None:
-                    reason = f"nothing of this student's was collected at {collected_at}, after the deadline"
-                else:
-                    reason = f"it differs from the copy collected at {collected_at}, after the deadline"
-                reason += f" {final.deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline"
-                if not allow_late:
-                    reason += "; late work is refused without --allow-late (what was collected then is kept)"
-                    collected.refused.append((record.name, reason))
+    # Each student's newest acceptable submission, written into a folder of its own beside its destination
+    # (its notebook is not kept in memory), put in place once the class's secrets are known to be their own.
+    chosen: dict[str, tuple[Inbound, _Files, Path]] = {}
+    try:
+        with inbound:
+            for record in _listing(inbound, assignment, roster, uids, collected):
+                if record.student in chosen or record.student in collected.no_room:
+                    continue  # an older submission of a student already chosen, or one the grader has no room for
+                try:
+                    files = _read_submission(
+                        inbound, record, assignment, uids[record.student], roster[record.student], now, deadline,
+                        allow_late,
+                    )
+                except (ValueError, Refused) as error:
+                    collected.refused.append((record.name, str(error)))
                     continue
-                received = max(files.received, final.collected_at)
-                files = dataclasses.replace(
-                    files, received=received, timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
-            size = len(files.notebook)
-            if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
-                collected.refused.append((record.name, f"its {size} bytes exceed the class's cap or the free space"))
-                continue
-            _write(out / record.student / assignment, files, now)
-            record_collected(out, assignment, record.student, files.timestamp)
-            written += size
-            collected.accepted[record.student] = record.name
-            if deadline is not None and files.received > deadline:
-                collected.late[record.student] = files.received - deadline
-    if final is None and deadline is not None and now > deadline:
+                if final is not None and _digest(files.notebook) != final.notebooks.get(record.student):
+                    # Not what the first collection after the deadline took: changed since, whatever its times say.
+                    collected_at = f"{final.collected_at:%Y-%m-%d %H:%M:%S} UTC"
+                    if record.student not in final.notebooks:
+                        reason = (f"this student was not on the roster of the collection at {collected_at}, after "
+                                  f"the deadline, so nothing of theirs was kept then")
+                    elif final.notebooks[record.student] is None:
+                        reason = f"nothing of this student's was collected at {collected_at}, after the deadline"
+                    else:
+                        reason = f"it differs from the copy collected at {collected_at}, after the deadline"
+                    reason += f" {final.deadline:%Y-%m-%d %H:%M:%S} UTC, so it changed after the deadline"
+                    if not allow_late:
+                        reason += "; late work is refused without --allow-late (what was collected then is kept)"
+                        collected.refused.append((record.name, reason))
+                        continue
+                    received = max(files.received, final.collected_at)
+                    files = dataclasses.replace(
+                        files, received=received, timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
+                size = len(files.notebook)
+                try:
+                    if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
+                        raise OSError(errno.ENOSPC, "the class's cap, or the free space")
+                    staged = _staged(out / record.student, assignment, files, now)
+                except OSError as error:  # the instructor's side, no student's doing: this collection is not final
+                    collected.refused.append((record.name, (
+                        f"its {size} bytes could not be written into {out} ({error.strerror or error}); the "
+                        "grader's failure, not the student's")))
+                    collected.no_room.append(record.student)
+                    continue
+                written += size
+                chosen[record.student] = (record, dataclasses.replace(files, notebook=b""), staged)
+        secrets = _handed_in_secrets({student: files for student, (_, files, _) in chosen.items()}, out, assignment)
+        for student, (record, files, staged) in chosen.items():
+            first_time, first = min((handed_in, holder) for holder, (secret, handed_in) in secrets.items()
+                                    if secret == files.secret)
+            if first == student:
+                _put(staged, out / student / assignment)
+                record_collected(out, assignment, student, files.timestamp)
+                collected.accepted[student] = record.name
+                if deadline is not None and files.received > deadline:
+                    collected.late[student] = files.received - deadline
+            else:
+                # nbgrader's release_feedback names a page by the secret: a copied secret (a student's nbgrader
+                # cache can be read in a home others may enter) would put this page over the first one's
+                collected.refused.append((record.name, (
+                    f"its submission_secret.txt is also that of {first}'s submission handed in at "
+                    f"{first_time:%Y-%m-%d %H:%M:%S} UTC: each submission has a secret of its own, and nbgrader names "
+                    "each released feedback page by it (what was collected of this student before is kept)")))
+    finally:
+        for _, _, staged in chosen.values():
+            shutil.rmtree(staged, ignore_errors=True)  # what was put in place is no longer there
+    if final is None and deadline is not None and now > deadline and collected.no_room:
+        collected.warnings.append(
+            f"this collection after the deadline could not write {len(collected.no_room)} submission(s) into "
+            f"{out} ({', '.join(sorted(collected.no_room))}), so it is not final (nothing was recorded as what was "
+            "handed in on time): make room and collect again with the same --deadline at once")
+    elif final is None and deadline is not None and now > deadline:
         write_final(out, assignment, Final(deadline, now, {
             student: _digest(copy) if (copy := _collected_notebook(out / student / assignment)) is not None else None
             for student in roster}))
@@ -540,6 +574,24 @@ def _group_has_others(gid: int, account: str) -> bool:
         return True
     members |= {entry.pw_name for entry in pwd.getpwall() if entry.pw_gid == gid}
     return bool(members - {account})
+
+
+def _handed_in_secrets(chosen: dict[str, _Files], out: Path,
+                       assignment: str) -> dict[str, tuple[bytes, datetime.datetime]]:
+    """student -> (``submission_secret.txt``, when handed in) of the ``chosen`` submissions, and of the copies
+    collected before into ``out`` of the students not chosen now. Of those that share a secret, the one handed in
+    first keeps it (:func:`collect`)."""
+    secrets = {student: (files.secret, files.received) for student, files in chosen.items()}
+    for folder in sorted(out.iterdir()) if out.is_dir() else ():
+        if folder.name in chosen or folder.name.startswith("."):
+            continue
+        try:
+            secret = (folder / assignment / "submission_secret.txt").read_bytes()
+            handed_in = parse_utc((folder / assignment / "timestamp.txt").read_bytes().decode("ascii"))
+        except (OSError, ValueError):
+            continue
+        secrets[folder.name] = (secret, handed_in)
+    return secrets
 
 
 def _duration(span: datetime.timedelta) -> str:
@@ -632,19 +684,29 @@ def _collected_notebook(destination: Path) -> bytes | None:
     return notebooks[0].read_bytes() if len(notebooks) == 1 else None
 
 
-def _write(destination: Path, files: _Files, now: datetime.datetime) -> None:
-    """Write the notebook and nbgrader's two text files into a new folder, then put it at ``destination``;
-    ``timestamp.txt``'s modification time is ``now``, the time of the collection."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=destination.parent))
-    # Under nbgrader's name for it, never the student's: a name may hold escape sequences, which would reach
-    # the instructor's terminal through any program that prints the folder's listing raw.
-    (staging / f"{destination.name}.ipynb").write_bytes(files.notebook)
-    (staging / "timestamp.txt").write_bytes(files.timestamp)
-    seconds = now.replace(tzinfo=datetime.UTC).timestamp()
-    os.utime(staging / "timestamp.txt", (seconds, seconds))
-    (staging / "submission_secret.txt").write_bytes(files.secret)
-    staging.chmod(0o700)  # the instructor's alone: it holds nbgrader's secret
+def _staged(folder: Path, assignment: str, files: _Files, now: datetime.datetime) -> Path:
+    """A new folder in ``folder`` holding the notebook and nbgrader's two text files (removed if a write fails);
+    ``timestamp.txt``'s modification time is ``now``, the time of the collection. OSError if it cannot be
+    written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".collect-", dir=folder))
+    try:
+        # Under nbgrader's name for it, never the student's: a name may hold escape sequences, which would reach
+        # the instructor's terminal through any program that prints the folder's listing raw.
+        (staging / f"{assignment}.ipynb").write_bytes(files.notebook)
+        (staging / "timestamp.txt").write_bytes(files.timestamp)
+        seconds = now.replace(tzinfo=datetime.UTC).timestamp()
+        os.utime(staging / "timestamp.txt", (seconds, seconds))
+        (staging / "submission_secret.txt").write_bytes(files.secret)
+        staging.chmod(0o700)  # the instructor's alone: it holds nbgrader's secret
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def _put(staging: Path, destination: Path) -> None:
+    """Put the folder ``staging`` at ``destination``, replacing what was collected there before."""
     if destination.is_dir() and not destination.is_symlink():
         shutil.rmtree(destination)
     elif destination.exists() or destination.is_symlink():
