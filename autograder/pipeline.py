@@ -266,6 +266,8 @@ def _warm_server(spec: StageSpec) -> WarmStage:
                 str(Path(folder) / "cgroup.procs"): stat.S_IMODE((Path(folder) / "cgroup.procs").stat().st_mode)
                 for folder in kernel_group}),
         )
+        if groups is not None:
+            groups.whole.weigh_folder()  # now that its server runs in it: counted with the other workers' groups
     except BaseException:
         if groups is not None:
             groups.remove()

@@ -290,6 +290,37 @@ def test_a_control_group_holds_processes_in_new_sessions_and_shared_memory():
     assert not group.pids()
 
 
+@pytest.mark.skipif(NO_CGROUP is not None, reason=f"no control groups here: {NO_CGROUP}")
+def test_groups_made_at_once_weigh_the_kernels_folder_as_both_once_they_hold_their_processes():
+    """Each worker's group makes the kernels' folder weigh one more ordinary process beside the machine's others.
+    Two workers that made their groups at the same moment each counted only its own (the other held no process
+    yet), and the folder kept the weight of one: beside one busy process, two workers got a core between them."""
+    weight_name = {2: "cpu.weight", 1: "cpu.shares"}
+    groups = [cgroups.KernelGroup.create(memory_bytes=0, processes=0) for _ in range(2)]
+    sleepers = []
+    try:
+        version = groups[0].version
+        cpu = (lambda group: group.folders[0] if version == 2 else group.folders[cgroups.CONTROLLERS.index("cpu")])
+        kernels = cpu(groups[0]).parent
+        assert kernels.name == cgroups.KERNELS_FOLDER
+        for group in groups:
+            sleepers.append(subprocess.Popen(["sleep", "120"]))
+            group.join(sleepers[-1].pid)
+        in_use = sum(1 for folder in kernels.iterdir()  # read here, not by the code under test
+                     if folder.name.startswith(cgroups.GROUP_PREFIX) and any(
+                         (Path(inner) / "cgroup.procs").read_text().strip() for inner, _, _ in os.walk(folder)))
+        assert in_use >= 2
+        expected = min(cgroups.MAX_WEIGHT[version], cgroups.DEFAULT_WEIGHT[version] * in_use)
+        assert groups[1].weigh_folder() == expected
+        assert int((kernels / weight_name[version]).read_text()) == expected
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+        for group in groups:
+            group.remove()
+
+
 def test_cgroup_v2_limits_are_written_where_a_delegated_folder_says(tmp_path, monkeypatch):
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (tmp_path / "cgroup.subtree_control").write_text("")

@@ -336,6 +336,13 @@ class KernelGroup:
         except (OSError, ValueError):
             return 0
 
+    def weigh_folder(self) -> int:
+        """Weigh the kernels' folder again (:func:`weigh_kernels_folder`), once this group holds its processes:
+        groups made at the same moment by several workers each counted only itself, the others holding no process
+        yet, and the folder kept the weight of one. Returns the weight written (0: none)."""
+        cpu_folder = self._file("cpu.weight", "cpu.shares").parent
+        return weigh_kernels_folder(self.version, cpu_folder.parent) if cpu_folder.parent.name == KERNELS_FOLDER else 0
+
     def remove(self) -> None:
         """Kill every process left in the group, then remove its folders. Never raises."""
         kill = self.folders[0] / "cgroup.kill"
