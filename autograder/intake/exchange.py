@@ -512,21 +512,23 @@ def collect(
                 chosen[record.student] = (record, dataclasses.replace(files, notebook=b""), staged)
         secrets = _handed_in_secrets({student: files for student, (_, files, _) in chosen.items()}, out, assignment)
         for student, (record, files, staged) in chosen.items():
-            first_time, first = min((handed_in, holder) for holder, (secret, handed_in) in secrets.items()
-                                    if secret == files.secret)
-            if first == student:
+            sharing = sorted(holder for holder, (secret, _) in secrets.items()
+                             if secret == files.secret and holder != student)
+            if not sharing:
                 _put(staged, out / student / assignment)
                 record_collected(out, assignment, student, files.timestamp)
                 collected.accepted[student] = record.name
                 if deadline is not None and files.received > deadline:
                     collected.late[student] = files.received - deadline
             else:
-                # nbgrader's release_feedback names a page by the secret: a copied secret (a student's nbgrader
-                # cache can be read in a home others may enter) would put this page over the first one's
+                # nbgrader's release_feedback names a page by the secret: one student's page would go over the
+                # other's. Which one copied cannot be told from the files (a write through a memory mapping keeps
+                # a file's times), so neither is taken, and the instructor is told.
                 collected.refused.append((record.name, (
-                    f"its submission_secret.txt is also that of {first}'s submission handed in at "
-                    f"{first_time:%Y-%m-%d %H:%M:%S} UTC: each submission has a secret of its own, and nbgrader names "
-                    "each released feedback page by it (what was collected of this student before is kept)")))
+                    f"its submission_secret.txt is also that of {', '.join(sharing)}'s submission: one of them copied "
+                    "the other's (nbgrader keeps it in the student's home, readable where others may enter), and "
+                    "nbgrader names each released feedback page by it; neither is collected (what was collected of "
+                    "this student before is kept): make the homes private and have both submit again")))
     finally:
         for _, _, staged in chosen.values():
             shutil.rmtree(staged, ignore_errors=True)  # what was put in place is no longer there
@@ -579,8 +581,8 @@ def _group_has_others(gid: int, account: str) -> bool:
 def _handed_in_secrets(chosen: dict[str, _Files], out: Path,
                        assignment: str) -> dict[str, tuple[bytes, datetime.datetime]]:
     """student -> (``submission_secret.txt``, when handed in) of the ``chosen`` submissions, and of the copies
-    collected before into ``out`` of the students not chosen now. Of those that share a secret, the one handed in
-    first keeps it (:func:`collect`)."""
+    collected before into ``out`` of the students not chosen now: a chosen submission whose secret another of
+    these has is not collected (:func:`collect`)."""
     secrets = {student: (files.secret, files.received) for student, files in chosen.items()}
     for folder in sorted(out.iterdir()) if out.is_dir() else ():
         if folder.name in chosen or folder.name.startswith("."):
