@@ -17,8 +17,8 @@ first and so stop every grading run of the class.)
 
 from __future__ import annotations
 
-import atexit
 import functools
+import multiprocessing.util
 import os
 import shutil
 import stat
@@ -85,5 +85,7 @@ def default_kernel_view() -> Path:
     so that no other account can have made it first or put anything in it), and removed when the process
     exits."""
     folder = Path(tempfile.mkdtemp(prefix="autograder-view-"))
-    atexit.register(shutil.rmtree, folder, True)
+    # multiprocessing's exit finalizers run in every process that ends, forked workers included (which run no
+    # exit function of atexit's)
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=0)
     return kernel_packages(folder / "view")
