@@ -43,6 +43,7 @@ Every name and reason shown is escaped like a line of ``report.txt`` by the call
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -510,10 +511,9 @@ def collect(
                     continue
                 written += size
                 chosen[record.student] = (record, dataclasses.replace(files, notebook=b""), staged)
-        secrets = _handed_in_secrets({student: files for student, (_, files, _) in chosen.items()}, out, assignment)
+        secrets = _class_secrets({student: files.secret for student, (_, files, _) in chosen.items()}, out, assignment)
         for student, (record, files, staged) in chosen.items():
-            sharing = sorted(holder for holder, (secret, _) in secrets.items()
-                             if secret == files.secret and holder != student)
+            sharing = sorted(holder for holder, secret in secrets.items() if secret == files.secret and holder != student)
             if not sharing:
                 _put(staged, out / student / assignment)
                 record_collected(out, assignment, student, files.timestamp)
@@ -578,21 +578,16 @@ def _group_has_others(gid: int, account: str) -> bool:
     return bool(members - {account})
 
 
-def _handed_in_secrets(chosen: dict[str, _Files], out: Path,
-                       assignment: str) -> dict[str, tuple[bytes, datetime.datetime]]:
-    """student -> (``submission_secret.txt``, when handed in) of the ``chosen`` submissions, and of the copies
-    collected before into ``out`` of the students not chosen now: a chosen submission whose secret another of
-    these has is not collected (:func:`collect`)."""
-    secrets = {student: (files.secret, files.received) for student, files in chosen.items()}
+def _class_secrets(chosen: dict[str, bytes], out: Path, assignment: str) -> dict[str, bytes]:
+    """student -> ``submission_secret.txt`` of the ``chosen`` submissions, and of the copies collected before into
+    ``out`` of the students not chosen now: a chosen submission whose secret another of these has is not
+    collected (:func:`collect`)."""
+    secrets = dict(chosen)
     for folder in sorted(out.iterdir()) if out.is_dir() else ():
         if folder.name in chosen or folder.name.startswith("."):
             continue
-        try:
-            secret = (folder / assignment / "submission_secret.txt").read_bytes()
-            handed_in = parse_utc((folder / assignment / "timestamp.txt").read_bytes().decode("ascii"))
-        except (OSError, ValueError):
-            continue
-        secrets[folder.name] = (secret, handed_in)
+        with contextlib.suppress(OSError):
+            secrets[folder.name] = (folder / assignment / "submission_secret.txt").read_bytes()
     return secrets
 
 
