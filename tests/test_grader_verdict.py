@@ -3,6 +3,7 @@ reports, and the decision, which runs in a child process under a time and memory
 
 from __future__ import annotations
 
+import ast
 import decimal
 import fractions
 import json
@@ -111,6 +112,32 @@ def test_every_source_hidden_test_is_split():
             for secret in ("EXPECTED", "MISTAKES", "FIRST_VALUE", "EQUIVARIANT"):
                 assert secret not in split.kernel_source, (assignment, secret)
     assert whole == set()
+
+
+TRICKY_SOURCES = (
+    "x = 1\r\ny = [\r\n  'é',\r\n  2]\r\n",  # Windows line ends, a non-ASCII character before an offset
+    "a = 'ü' + 'ß'; b = a\rc = (a,\r b)\r",  # old Mac line ends, two statements on a line
+    "f = lambda: 1\x0c\ng = {'k': [1,\n\t2]}  # \u2028 in a comment\nh = g",  # a form feed, a tab
+    's = """one\ntwo"""\nt = s',  # a string across lines
+    "EXPECTED = [" + ", ".join(str(value) for value in range(3000)) + "]\nz = EXPECTED",  # a long line
+)
+
+
+def test_source_segments_equal_the_standard_librarys():
+    """verdict.SourceSegments cuts the source once; ast.get_source_segment is the reference, for every node."""
+    sources = list(TRICKY_SOURCES)
+    for assignment in ASSIGNMENTS:
+        for cell in nbformat.read(source_notebook(assignment), as_version=4).cells:
+            hidden = hidden_section(cell.source)
+            if hidden is not None:
+                sources.append(hidden)
+    compared = 0
+    for source in sources:
+        segment_of = verdict.SourceSegments(source)
+        for node in ast.walk(ast.parse(source)):
+            assert segment_of(node) == ast.get_source_segment(source, node), (source[:60], ast.dump(node)[:80])
+            compared += 1
+    assert compared > 10_000  # the course's hidden sections were read, not only the strings above
 
 
 def test_right_values_pass_and_wrong_values_fail_with_the_named_mistake():

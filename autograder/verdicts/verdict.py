@@ -42,6 +42,7 @@ import builtins
 import json
 import math
 import multiprocessing
+import re
 import resource
 import secrets
 import signal
@@ -165,6 +166,32 @@ def unreadable(type_name: str) -> Unreadable:
 # ---------------------------------------------------------------------------------------------------------
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # a line and its end, as the parser counts lines
+
+
+class SourceSegments:
+    """``ast.get_source_segment(source, node)`` for many nodes of one source, each in time linear in its own
+    length: the source is cut into lines once (``get_source_segment`` cuts the whole source at every call,
+    which made cutting a hidden section with large constants quadratic). Offsets are UTF-8 bytes, as the
+    parser gives them:
+
+        segment = line[lineno][col_offset:] + lines between + line[end_lineno][:end_col_offset]
+    """
+
+    def __init__(self, source: str) -> None:
+        self.lines = [line.encode() for line in _LINE.findall(source)]
+
+    def __call__(self, node: ast.AST) -> str | None:
+        end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_lineno is None or end_col is None:
+            return None
+        first, last = node.lineno - 1, end_lineno - 1
+        if first == last:
+            return self.lines[first][node.col_offset:end_col].decode()
+        pieces = [self.lines[first][node.col_offset:], *self.lines[first + 1:last], self.lines[last][:end_col]]
+        return b"".join(pieces).decode()
+
+
 def _loaded_names(node: ast.AST) -> set[str]:
     return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)}
 
@@ -240,19 +267,30 @@ def split_hidden_tests(hidden: str) -> Split | None:
     except SyntaxError:
         return None
     statements = tree.body
+    segment_of = SourceSegments(hidden)
     constants = {name: index for index, s in enumerate(statements) if (name := _literal_constant(s))}
-    bound_in_code = set().union(*(_stored_names(s) for s in statements)) if statements else set()
+    # A literal constant binds its name and holds no name, call or raise: its (often large) value is not walked.
+    is_constant = [False] * len(statements)
+    for index in constants.values():
+        is_constant[index] = True
+    bound_in_code = set(constants).union(
+        *(_stored_names(s) for index, s in enumerate(statements) if not is_constant[index])
+    )
     imported = set()
     for statement in statements:
         if isinstance(statement, ast.Import | ast.ImportFrom):
             imported |= {alias.asname or alias.name.split(".")[0] for alias in statement.names}
     grader_names = set(answers.__all__) - {"call"} | set(SAFE_BUILTINS) | {"math"}
-    is_grader = [_is_check(s) and not isinstance(s, ast.Import | ast.ImportFrom) for s in statements]
+    is_grader = [
+        not is_constant[index] and _is_check(s) and not isinstance(s, ast.Import | ast.ImportFrom)
+        for index, s in enumerate(statements)
+    ]
     # A statement that reads a secret constant runs in the grader too.
     for index, statement in enumerate(statements):
-        ordinary = index not in constants.values() and not isinstance(statement, ast.Import | ast.ImportFrom)
+        if is_constant[index] or isinstance(statement, ast.Import | ast.ImportFrom):
+            continue
         secrets_read = [name for name in _loaded_names(statement) if name.startswith(SECRET_PREFIXES)]
-        if ordinary and any(name in constants for name in secrets_read):
+        if any(name in constants for name in secrets_read):
             is_grader[index] = True
     plain: set[str] = set()
     grader_bound: set[str] = set()
@@ -260,9 +298,9 @@ def split_hidden_tests(hidden: str) -> Split | None:
     steps: list[GraderStep] = []
     used_by_kernel: set[str] = set()
     for index, statement in enumerate(statements):
-        segment = ast.get_source_segment(hidden, statement) or ""
-        if index in constants.values():
+        if is_constant[index]:
             continue
+        segment = segment_of(statement) or ""
         if isinstance(statement, ast.Import | ast.ImportFrom):
             kernel_lines.append(segment)
             continue
@@ -297,10 +335,8 @@ def split_hidden_tests(hidden: str) -> Split | None:
     needed_constants = {name for name in constants if name in used_by_kernel}
     if any(name.startswith(SECRET_PREFIXES) for name in needed_constants):
         return None
-    constant_sources = [ast.get_source_segment(hidden, statements[index]) or "" for index in constants.values()]
-    kernel_constants = [
-        ast.get_source_segment(hidden, statements[constants[name]]) or "" for name in sorted(needed_constants)
-    ]
+    constant_sources = [segment_of(statements[index]) or "" for index in constants.values()]
+    kernel_constants = [segment_of(statements[constants[name]]) or "" for name in sorted(needed_constants)]
     return Split("\n".join([*kernel_constants, *kernel_lines]), "\n".join(constant_sources), tuple(steps))
 
 
