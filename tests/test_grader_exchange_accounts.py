@@ -568,12 +568,8 @@ def test_a_collection_after_the_deadline_that_has_no_room_is_not_final(tmp_path,
     collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline, now=deadline - datetime.timedelta(hours=2))
     newest = _inbound_folder(inbound, "alice", "2026-01-01 11:00:00.000000 UTC", accounts["alice"][1],
                              b'{"last, on time": 1}')
-    real_usage = shutil.disk_usage
-
-    class Full:
-        free = 0
-
-    monkeypatch.setattr(exchange_module.shutil, "disk_usage", lambda path: Full)
+    real_free = exchange_module.free_bytes
+    monkeypatch.setattr(exchange_module, "free_bytes", lambda path: 0)
     at_deadline = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
                           now=deadline + datetime.timedelta(seconds=5))
     assert at_deadline.no_room == ["alice"] and not at_deadline.accepted
@@ -582,7 +578,7 @@ def test_a_collection_after_the_deadline_that_has_no_room_is_not_final(tmp_path,
         "not the student's"))]
     assert not final_path(out, ASSIGNMENT).exists()  # nothing final was recorded
     assert any("so it is not final" in warning for warning in at_deadline.warnings), at_deadline.warnings
-    monkeypatch.setattr(exchange_module.shutil, "disk_usage", real_usage)
+    monkeypatch.setattr(exchange_module, "free_bytes", real_free)
     again = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
                     now=deadline + datetime.timedelta(seconds=30))
     assert again.accepted == {"alice": newest.name} and not again.refused and not again.late
@@ -590,34 +586,75 @@ def test_a_collection_after_the_deadline_that_has_no_room_is_not_final(tmp_path,
     assert final_path(out, ASSIGNMENT).exists()
 
 
-def test_a_secret_that_two_students_submissions_share_is_refused_for_both_and_a_collected_copy_keeps_it(
-        tmp_path, accounts):
-    """Round 30: nbgrader's release_feedback names each page by the submission's secret; a student who read
-    another's secret (nbgrader's cache, in a home others may enter) submitted it as his own, and his page was
-    released over the victim's. Round 31: the earlier of the two could not be told by the files' times (a write
-    through a memory mapping keeps them), so the copier could pass for the first; neither is taken now."""
-    from autograder.intake.exchange import collect
+def test_a_secret_that_two_students_share_is_replaced_in_both_collected_copies(tmp_path, accounts):
+    """nbgrader's release_feedback names each page by the submission's secret, and fetch_feedback fetches every
+    page named by a secret in the student's cache. Round 30: a student who read another's secret (nbgrader's
+    cache, in a home others may enter) submitted it as his own, and his page reached the victim. Round 31: which
+    one copied cannot be told by the files' times. Round 32: refusing both let the copier refuse the victim's
+    newest work at the deadline, and his copy was collected once the victim's folder was no longer the newest.
+    Now each folder is collected (it is its owner's own work) under a new secret that nobody holds."""
+    from autograder.intake.exchange import collect, read_final
 
     exchange, out = tmp_path / "exchange", tmp_path / "course" / "submitted"
     inbound = exchange / COURSE / "inbound"
     roster = {"alice": accounts["alice"][0], "bob": accounts["bob"][0]}
-    victim = _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", accounts["alice"][1],
-                             b'{"alice": 1}')
-    copier = _inbound_folder(inbound, "bob", "2026-01-01 10:05:00.000000 UTC", accounts["bob"][1], b'{"bob": 1}')
-    (copier / "submission_secret.txt").write_bytes((victim / "submission_secret.txt").read_bytes())
-    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out)
-    assert not collected.accepted
-    reasons = dict(collected.refused)
-    assert set(reasons) == {victim.name, copier.name}
-    assert reasons[copier.name].startswith("its submission_secret.txt is also that of alice's submission: one of "
-                                           "them copied the other's"), reasons
-    assert reasons[victim.name].startswith("its submission_secret.txt is also that of bob's submission"), reasons
-    # A copy collected before keeps its secret: only the newcomer that shares it is refused.
-    (copier / "submission_secret.txt").write_text(secrets.token_hex(64))
-    assert set(collect(exchange, COURSE, ASSIGNMENT, roster, out).accepted) == {"alice", "bob"}
-    later = _inbound_folder(inbound, "bob", "2026-01-01 10:10:00.000000 UTC", accounts["bob"][1], b'{"bob": 2}')
-    (later / "submission_secret.txt").write_bytes((victim / "submission_secret.txt").read_bytes())
-    shutil.rmtree(victim)  # alice's copy in DIR, not chosen now
+    alice, bob = accounts["alice"][1], accounts["bob"][1]
+
+    def secret_of(student: str) -> bytes:
+        return (out / student / ASSIGNMENT / "submission_secret.txt").read_bytes()
+
+    victim = _inbound_folder(inbound, "alice", "2026-01-01 10:00:00.000000 UTC", alice, b'{"alice": 1}')
+    stolen = (victim / "submission_secret.txt").read_bytes()
+    copier = _inbound_folder(inbound, "bob", "2026-01-01 10:05:00.000000 UTC", bob, b'{"bob": 1}')
+    (copier / "submission_secret.txt").write_bytes(stolen)
+    deadline = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(seconds=2)
+    collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                        now=deadline + datetime.timedelta(seconds=5))
+    assert collected.accepted == {"alice": victim.name, "bob": copier.name} and not collected.refused
+    assert collected.new_secrets == {"alice": ["bob"], "bob": ["alice"]}
+    assert any("alice (with bob); bob (with alice)" in warning for warning in collected.warnings), collected.warnings
+    assert len({stolen.strip(), secret_of("alice"), secret_of("bob")}) == 3  # nobody holds either new secret
+    assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"alice": 1}'
+    assert read_final(out, ASSIGNMENT).notebooks["alice"] is not None  # the victim's on-time work is final
+    shutil.rmtree(out)
+
+    # The victim submits again, as told; the copier's folder stays: his copy still shares a secret with a folder
+    # of hers (no longer her newest), so it is collected under a new secret again.
+    newest = _inbound_folder(inbound, "alice", "2026-01-01 10:10:00.000000 UTC", alice, b'{"alice": 2}')
     again = collect(exchange, COURSE, ASSIGNMENT, roster, out)
-    assert not again.accepted and [name for name, _ in again.refused] == [later.name]
-    assert (out / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"bob": 1}'  # kept
+    assert again.accepted == {"alice": newest.name, "bob": copier.name} and again.new_secrets == {"bob": ["alice"]}
+    assert secret_of("alice") == (newest / "submission_secret.txt").read_bytes().strip()  # her own, kept
+    assert secret_of("bob") != stolen.strip()
+
+    # A copy collected before keeps its secret; a later copy of it, with the victim's folder gone, is found by it.
+    shutil.rmtree(victim)
+    shutil.rmtree(newest)
+    later = _inbound_folder(inbound, "bob", "2026-01-01 10:20:00.000000 UTC", bob, b'{"bob": 2}')
+    (later / "submission_secret.txt").write_bytes(secret_of("alice"))
+    third = collect(exchange, COURSE, ASSIGNMENT, roster, out)
+    assert third.accepted == {"bob": later.name} and third.new_secrets == {"bob": ["alice"]}
+    assert secret_of("alice") == (later / "submission_secret.txt").read_bytes().strip() != secret_of("bob")
+
+    # Round 32: a secret collected before and since replaced by the victim's newer one, her folders gone, is
+    # found by the record of the secrets collected.
+    replaced = secret_of("alice")
+    third_newest = _inbound_folder(inbound, "alice", "2026-01-01 10:30:00.000000 UTC", alice, b'{"alice": 3}')
+    assert collect(exchange, COURSE, ASSIGNMENT, roster, out).accepted["alice"] == third_newest.name
+    shutil.rmtree(third_newest)
+    last = _inbound_folder(inbound, "bob", "2026-01-01 10:40:00.000000 UTC", bob, b'{"bob": 3}')
+    (last / "submission_secret.txt").write_bytes(replaced)
+    fourth = collect(exchange, COURSE, ASSIGNMENT, roster, out)
+    assert fourth.accepted == {"bob": last.name} and fourth.new_secrets == {"bob": ["alice"]}
+    assert secret_of("bob") not in {replaced, secret_of("alice")}
+
+
+def test_root_counts_the_blocks_kept_for_root_as_free(tmp_path):
+    """Round 32: a student who filled the course's file system made root's collect refuse everyone, though
+    ext4 keeps 5% of its blocks for root, which no student's account can fill."""
+    from autograder.intake.exchange import free_bytes
+
+    status = os.statvfs(tmp_path)
+    expected = status.f_bfree if os.geteuid() == 0 else status.f_bavail
+    assert abs(free_bytes(tmp_path) - status.f_frsize * expected) < 64 * 1024**2  # others write meanwhile
+    if os.geteuid() == 0 and status.f_bfree > status.f_bavail:
+        assert free_bytes(tmp_path) > shutil.disk_usage(tmp_path).free

@@ -35,7 +35,11 @@ folder where it runs, next to the answer key (``source/``). This module replaces
 - each student's newest accepted submission is written into ``DIR/<student>/<assignment>/``: the notebook
   (``<assignment>.ipynb``, or the folder's only other notebook, written as ``<assignment>.ipynb``) and ``timestamp.txt`` and
   ``submission_secret.txt`` as checked text, nothing else a student put there; a folder without the secret is
-  refused (nbgrader's ``release_feedback`` stops the whole class's release on a submission without one). DIR must not hold ``source/``
+  refused (nbgrader's ``release_feedback`` stops the whole class's release on a submission without one). A
+  secret that is also in another rostered student's own inbound folder (any of them, not only the newest), or
+  in another student's copy collected before, was copied by one of the two (nbgrader keeps it in the student's
+  home): the submission is collected under a new secret that nobody holds, so that ``release_feedback`` (which
+  names a page by it) delivers neither page, and :attr:`Collected.new_secrets` names both. DIR must not hold ``source/``
   (the folder of the answer key), and nothing here reads the folder the command runs in.
 
 Every name and reason shown is escaped like a line of ``report.txt`` by the caller.
@@ -54,6 +58,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shlex
 import shutil
 import stat
@@ -103,6 +108,8 @@ class Collected:
     warnings: list[str] = field(default_factory=list)
     late: dict[str, datetime.timedelta] = field(default_factory=dict)  # accepted after the deadline, by how much
     no_room: list[str] = field(default_factory=list)  # students whose submission could not be written: the grader's
+    # students whose collected copy got a new secret, since another student's submission had theirs -> those
+    new_secrets: dict[str, list[str]] = field(default_factory=dict)
 
 
 def read_roster(path: Path) -> dict[str, str]:
@@ -467,9 +474,13 @@ def collect(
     # Each student's newest acceptable submission, written into a folder of its own beside its destination
     # (its notebook is not kept in memory), put in place once the class's secrets are known to be their own.
     chosen: dict[str, tuple[Inbound, _Files, Path]] = {}
+    # SHA-256 of each secret in a rostered student's own inbound folder, or collected for one before -> them
+    holders = {digest: set(students) for digest, students in collected_secrets(out, assignment).items()}
     try:
         with inbound:
             for record in _listing(inbound, assignment, roster, uids, collected):
+                if (secret := _folder_secret(inbound, record, uids[record.student])) is not None:
+                    holders.setdefault(_digest(secret), set()).add(record.student)
                 if record.student in chosen or record.student in collected.no_room:
                     continue  # an older submission of a student already chosen, or one the grader has no room for
                 try:
@@ -500,7 +511,7 @@ def collect(
                         files, received=received, timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
                 size = len(files.notebook)
                 try:
-                    if written + size > MAX_COLLECTED_BYTES or size * 2 > shutil.disk_usage(out).free:
+                    if written + size > MAX_COLLECTED_BYTES or size * 2 > free_bytes(out):
                         raise OSError(errno.ENOSPC, "the class's cap, or the free space")
                     staged = _staged(out / record.student, assignment, files, now)
                 except OSError as error:  # the instructor's side, no student's doing: this collection is not final
@@ -511,24 +522,35 @@ def collect(
                     continue
                 written += size
                 chosen[record.student] = (record, dataclasses.replace(files, notebook=b""), staged)
-        secrets = _class_secrets({student: files.secret for student, (_, files, _) in chosen.items()}, out, assignment)
+        for student, secret in _secrets_in_place(out, assignment).items():
+            holders.setdefault(_digest(secret), set()).add(student)
+        try:
+            record_secrets(out, assignment, {student: files.secret for student, (_, files, _) in chosen.items()})
+        except OSError as error:
+            collected.warnings.append(
+                f"the record of the secrets collected could not be written into {out} ({error.strerror or error}): "
+                "a later copy of one of them is found only while its inbound folder or its collected copy is there")
         for student, (record, files, staged) in chosen.items():
-            sharing = sorted(holder for holder, secret in secrets.items() if secret == files.secret and holder != student)
-            if not sharing:
-                _put(staged, out / student / assignment)
-                record_collected(out, assignment, student, files.timestamp)
-                collected.accepted[student] = record.name
-                if deadline is not None and files.received > deadline:
-                    collected.late[student] = files.received - deadline
-            else:
-                # nbgrader's release_feedback names a page by the secret: one student's page would go over the
-                # other's. Which one copied cannot be told from the files (a write through a memory mapping keeps
-                # a file's times), so neither is taken, and the instructor is told.
-                collected.refused.append((record.name, (
-                    f"its submission_secret.txt is also that of {', '.join(sharing)}'s submission: one of them copied "
-                    "the other's (nbgrader keeps it in the student's home, readable where others may enter), and "
-                    "nbgrader names each released feedback page by it; neither is collected (what was collected of "
-                    "this student before is kept): make the homes private and have both submit again")))
+            if sharing := sorted(holders.get(_digest(files.secret), set()) - {student}):
+                # nbgrader's release_feedback names a page by the secret, and its fetch_feedback fetches every
+                # page named by a secret in the student's cache: one student's page would reach the other. Which
+                # one copied cannot be told from the files (a write through a memory mapping keeps a file's
+                # times), but each folder is its owner's own work: it is collected under a new secret nobody holds.
+                (staged / "submission_secret.txt").write_text(secrets.token_hex(64))
+                collected.new_secrets[student] = sharing
+            _put(staged, out / student / assignment)
+            record_collected(out, assignment, student, files.timestamp)
+            collected.accepted[student] = record.name
+            if deadline is not None and files.received > deadline:
+                collected.late[student] = files.received - deadline
+        if collected.new_secrets:
+            collected.warnings.append(
+                f"{len(collected.new_secrets)} submission(s) hold a submission_secret.txt that another student's "
+                f"submission holds too: {_sharing_text(collected.new_secrets)}. One of them copied the other's "
+                "(nbgrader keeps it in the student's home, readable where others may enter). Each was collected, "
+                "since its folder is its owner's own, under a new secret that nobody holds: nbgrader's "
+                "release_feedback will deliver those pages to no one, so give them to the students yourself, and "
+                "make the homes private")
     finally:
         for _, _, staged in chosen.values():
             shutil.rmtree(staged, ignore_errors=True)  # what was put in place is no longer there
@@ -578,17 +600,41 @@ def _group_has_others(gid: int, account: str) -> bool:
     return bool(members - {account})
 
 
-def _class_secrets(chosen: dict[str, bytes], out: Path, assignment: str) -> dict[str, bytes]:
-    """student -> ``submission_secret.txt`` of the ``chosen`` submissions, and of the copies collected before into
-    ``out`` of the students not chosen now: a chosen submission whose secret another of these has is not
-    collected (:func:`collect`)."""
-    secrets = dict(chosen)
+def free_bytes(path: Path) -> int:
+    """Bytes this process may still write on ``path``'s file system: for root, the free blocks with those the
+    file system keeps for root (``f_bfree``; ext4 keeps 5% by default), which no student's account can fill;
+    for another account, those it may use (``f_bavail``)."""
+    status = os.statvfs(path)
+    return status.f_frsize * (status.f_bfree if os.geteuid() == 0 else status.f_bavail)
+
+
+def _folder_secret(inbound: Folder, record: Inbound, uid: int) -> bytes | None:
+    """The ``submission_secret.txt`` of the inbound folder ``record``, read with the intake's rules when the
+    folder and the file are the account ``uid``'s own; None when it cannot be read so."""
+    try:
+        with inbound.child(record.name) as folder:
+            if os.fstat(folder.descriptor).st_uid != uid:
+                return None
+            text = _read_own_file(folder, "submission_secret.txt", MAX_EXCHANGE_FILE_BYTES, uid, [])
+    except (OSError, ValueError, Refused):
+        return None
+    secret = text.strip()
+    return secret if _SECRET.fullmatch(secret.decode("ascii", "replace")) else None
+
+
+def _secrets_in_place(out: Path, assignment: str) -> dict[str, bytes]:
+    """student -> ``submission_secret.txt`` of the copy collected before into ``out`` (none for a new class)."""
+    found = {}
     for folder in sorted(out.iterdir()) if out.is_dir() else ():
-        if folder.name in chosen or folder.name.startswith("."):
+        if folder.name.startswith("."):
             continue
         with contextlib.suppress(OSError):
-            secrets[folder.name] = (folder / assignment / "submission_secret.txt").read_bytes()
-    return secrets
+            found[folder.name] = (folder / assignment / "submission_secret.txt").read_bytes().strip()
+    return found
+
+
+def _sharing_text(sharing: dict[str, list[str]]) -> str:
+    return "; ".join(f"{student} (with {', '.join(others)})" for student, others in sorted(sharing.items()))
 
 
 def _duration(span: datetime.timedelta) -> str:
@@ -669,6 +715,37 @@ def collected_timestamps(class_folder: Path, assignment: str) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(student): str(digest) for student, digest in data.items()} if isinstance(data, dict) else {}
+
+
+def record_secrets(out: Path, assignment: str, chosen: dict[str, bytes]) -> None:
+    """Add to the record of ``assignment``'s secrets the one of each ``chosen`` submission (student -> secret, as
+    the student handed it in), by SHA-256: a copy of it handed in later by another student is found by it, even
+    when the inbound folder that held it is gone (:func:`collect`)."""
+    path = Path(out) / COLLECTED_FOLDER / f"{assignment}.secrets.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ledger = collected_secrets(out, assignment)
+    for student, secret in chosen.items():
+        ledger.setdefault(_digest(secret), set()).add(student)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({digest: sorted(students) for digest, students in ledger.items()}, indent=1,
+                                  sort_keys=True), encoding="utf-8")
+    staging.rename(path)
+
+
+def collected_secrets(class_folder: Path, assignment: str) -> dict[str, set[str]]:
+    """SHA-256 of each secret ``collect`` ever took for ``assignment`` into ``class_folder`` -> the students
+    who handed it in (:func:`record_secrets`); empty where it took none."""
+    path = Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.secrets.json"
+    if path.is_symlink() or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(digest): {str(student) for student in students} for digest, students in data.items()
+            if isinstance(students, list)}
 
 
 def _digest(notebook: bytes) -> str:
