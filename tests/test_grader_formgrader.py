@@ -635,13 +635,22 @@ def test_a_submission_opened_again_loads_its_grades_and_saves_with_the_browser_c
             page.goto(f"{page_url}?token={token}")  # a deep link as a colleague would send it
             assert shown() == "3"
             save(1.5)
+            # Round 32: a student's page on another port of the host set _xsrf at path / (cookies ignore ports);
+            # the browser sends it after the formgrader's own, which the page sends back as the token.
+            context.add_cookies([{"name": "_xsrf", "value": "2|deadbeef|00112233445566778899aabbccddeeff|1700000000",
+                                  "domain": urllib.parse.urlsplit(base).hostname, "path": "/",
+                                  "expires": time.time() + 365 * 86400}])
+            page.reload()
+            assert shown() == "1.5"
+            save(2.5)
+            assert [cookie["path"] for cookie in context.cookies() if cookie["name"] == "_xsrf"].count("/") == 1
             # MathJax is nbgrader's tag for a CDN, which the policy refuses; every other script of the page ran
             assert not [error for error in errors if "MathJax" not in error], errors
     finally:
         server.stop()
     with Gradebook(f"sqlite:///{graded_class / 'gradebook.db'}", course_id="posenc") as gradebook:
         grade = gradebook.find_grade(WRITTEN, ASSIGNMENT, ASSIGNMENT, "mistakes")
-        assert grade.manual_score == 1.5
+        assert grade.manual_score == 2.5
 
 
 def test_a_view_the_renderer_cannot_make_is_refused_with_its_reason_and_the_other_views_go_on(graded_class, tmp_path):

@@ -60,10 +60,11 @@ from autograder.sandbox.stage import STAGE_MEMORY_MB
 START_SECONDS = 120
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the server imports its extensions
-# The server extensions of this package: the policy on every response, the refusal of the formgrader's calls
-# that would bypass the course's grader, and the submission views rendered under the grading stage's limits.
-SERVER_EXTENSIONS = ("autograder.formgrader.peers", "autograder.formgrader.csp", "autograder.formgrader.refusals",
-                     "autograder.formgrader.views")
+# The server extensions of this package: the peer check, the first cookie of each name, the policy on every
+# response, the refusal of the formgrader's calls that would bypass the course's grader, and the submission views
+# rendered under the grading stage's limits.
+SERVER_EXTENSIONS = ("autograder.formgrader.peers", "autograder.formgrader.cookies", "autograder.formgrader.csp",
+                     "autograder.formgrader.refusals", "autograder.formgrader.views")
 # nbgrader's student-side server extensions, which its package enables for every server: off in the formgrader
 # (their Validate runs a notebook in a kernel of its own, as the server's user; autograder.formgrader.refusals
 # also refuses their routes).
