@@ -579,6 +579,17 @@ def test_a_collection_after_the_deadline_that_has_no_room_is_not_final(tmp_path,
     assert not final_path(out, ASSIGNMENT).exists()  # nothing final was recorded
     assert any("so it is not final" in warning for warning in at_deadline.warnings), at_deadline.warnings
     monkeypatch.setattr(exchange_module, "free_bytes", real_free)
+    # Round 32: changed in place before the next collection, as through a memory mapping that keeps the file's
+    # times (here the real times are a day before this deadline): what the attempt at the deadline read is kept.
+    notebook = newest / f"{ASSIGNMENT}.ipynb"
+    notebook.write_bytes(b'{"changed, late": 1}')
+    changed = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
+                      now=deadline + datetime.timedelta(seconds=20))
+    assert not changed.accepted and changed.refused[0][0] == newest.name, changed.refused
+    assert "differs from what the collection at" in changed.refused[0][1] and "changed after the deadline" in \
+        changed.refused[0][1], changed.refused
+    notebook.write_bytes(b'{"last, on time": 1}')
+    final_path(out, ASSIGNMENT).unlink()  # that collection was final: nothing of Alice's on time; start again
     again = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
                     now=deadline + datetime.timedelta(seconds=30))
     assert again.accepted == {"alice": newest.name} and not again.refused and not again.late

@@ -26,7 +26,9 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   recorded (:func:`write_final`, ``DIR/.autograder-final/<assignment>.json``: the deadline and the digest of
   each rostered student's notebook it left, or none): every later collection into DIR keeps that deadline,
   with or without ``--deadline`` (another one is refused), and takes a notebook that differs from the record,
-  or any notebook of a student of whom nothing was collected then, as late, whatever its times say;
+  or any notebook of a student of whom nothing was collected then, as late, whatever its times say. A
+  collection after the deadline that could not write every submission is not final, but records what it read
+  (:func:`record_read_after_deadline`): until one is final, a notebook that differs from it is late too;
 - the folders from the exchange's root to the course's ``inbound/`` are opened one by one, never through a
   link, and refused (nothing is collected, and the command says why) when one of them is owned by an account
   other than the instructor's (who runs ``collect``) or root, or when the root or the course's folder is
@@ -476,6 +478,10 @@ def collect(
     chosen: dict[str, tuple[Inbound, _Files, Path]] = {}
     # SHA-256 of each secret in a rostered student's own inbound folder, or collected for one before -> them
     holders = {digest: set(students) for digest, students in collected_secrets(out, assignment).items()}
+    # After the deadline, until a collection is final: what an earlier attempt read (read_after_deadline).
+    after_deadline = final is None and deadline is not None and now > deadline
+    earlier = read_after_deadline(out, assignment, deadline) if after_deadline else {}
+    read_now: dict[str, str] = {}
     try:
         with inbound:
             for record in _listing(inbound, assignment, roster, uids, collected):
@@ -491,6 +497,19 @@ def collect(
                 except (ValueError, Refused) as error:
                     collected.refused.append((record.name, str(error)))
                     continue
+                if after_deadline and (first := earlier.get(record.student)) and _digest(files.notebook) != first[0]:
+                    # Read by an earlier collection after the deadline that could not write it: changed since.
+                    reason = (f"it differs from what the collection at {first[1]:%Y-%m-%d %H:%M:%S} UTC, after the "
+                              f"deadline {deadline:%Y-%m-%d %H:%M:%S} UTC, read but could not write, so it changed "
+                              "after the deadline")
+                    if not allow_late:
+                        collected.refused.append((record.name, reason + "; late work is refused without --allow-late"))
+                        continue
+                    received = max(files.received, first[1])
+                    files = dataclasses.replace(
+                        files, received=received, timestamp=f"{received:%Y-%m-%d %H:%M:%S.%f} UTC".encode("ascii"))
+                if after_deadline:
+                    read_now[record.student] = _digest(files.notebook)
                 if final is not None and _digest(files.notebook) != final.notebooks.get(record.student):
                     # Not what the first collection after the deadline took: changed since, whatever its times say.
                     collected_at = f"{final.collected_at:%Y-%m-%d %H:%M:%S} UTC"
@@ -554,12 +573,19 @@ def collect(
     finally:
         for _, _, staged in chosen.values():
             shutil.rmtree(staged, ignore_errors=True)  # what was put in place is no longer there
-    if final is None and deadline is not None and now > deadline and collected.no_room:
+    if after_deadline and collected.no_room:
+        try:
+            record_read_after_deadline(out, assignment, deadline, now, read_now)
+        except OSError as error:
+            collected.warnings.append(
+                f"what this collection read could not be recorded in {out} ({error.strerror or error}): a notebook "
+                "changed before the next collection, through a memory mapping that keeps its times, would pass "
+                "for on time")
         collected.warnings.append(
             f"this collection after the deadline could not write {len(collected.no_room)} submission(s) into "
-            f"{out} ({', '.join(sorted(collected.no_room))}), so it is not final (nothing was recorded as what was "
-            "handed in on time): make room and collect again with the same --deadline at once")
-    elif final is None and deadline is not None and now > deadline:
+            f"{out} ({', '.join(sorted(collected.no_room))}), so it is not final (only what it read was recorded: the "
+            "next collection takes as on time only a notebook that is still what was read now): make room and collect again with the same --deadline at once")
+    elif after_deadline:
         write_final(out, assignment, Final(deadline, now, {
             student: _digest(copy) if (copy := _collected_notebook(out / student / assignment)) is not None else None
             for student in roster}))
@@ -687,6 +713,41 @@ def write_final(out: Path, assignment: str, final: Final) -> None:
     staging = path.with_suffix(".tmp")
     staging.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
     staging.rename(path)
+
+
+def _read_path(out: Path, assignment: str) -> Path:
+    return Path(out) / FINAL_FOLDER / f"{assignment}.read.json"
+
+
+def record_read_after_deadline(out: Path, assignment: str, deadline: datetime.datetime, now: datetime.datetime,
+                               read: dict[str, str]) -> None:
+    """Record what a collection after ``deadline`` that is not final (it could not write every submission) read:
+    student -> SHA-256 of the notebook, with ``now``. A student's first record is kept: the next collection,
+    once there is room, takes as on time only the notebook read then (a notebook changed since through a memory
+    mapping keeps its times, and a student who fills the disk would otherwise gain the time until it)."""
+    path = _read_path(out, assignment)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = {student: [digest, at.isoformat()] for student, (digest, at) in
+            read_after_deadline(out, assignment, deadline).items()}
+    for student, digest in read.items():
+        kept.setdefault(student, [digest, now.isoformat()])
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({"deadline": deadline.isoformat(), "read": kept}, indent=1, sort_keys=True),
+                       encoding="utf-8")
+    staging.rename(path)
+
+
+def read_after_deadline(out: Path, assignment: str, deadline: datetime.datetime) -> dict[str, tuple[str, datetime.datetime]]:
+    """student -> (SHA-256 of the notebook, when) that collections after ``deadline`` read before one was final
+    (:func:`record_read_after_deadline`); empty when none did, or for another deadline."""
+    path = _read_path(out, assignment)
+    if path.is_symlink() or not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("deadline") != deadline.isoformat():
+        return {}
+    return {str(student): (str(digest), datetime.datetime.fromisoformat(at)) for student, (digest, at)
+            in data["read"].items()}
 
 
 COLLECTED_FOLDER = ".autograder-collected"  # in the destination: the timestamps this command wrote
