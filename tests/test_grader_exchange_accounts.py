@@ -622,8 +622,10 @@ def test_a_secret_that_two_students_share_is_replaced_in_both_collected_copies(t
     collected = collect(exchange, COURSE, ASSIGNMENT, roster, out, deadline=deadline,
                         now=deadline + datetime.timedelta(seconds=5))
     assert collected.accepted == {"alice": victim.name, "bob": copier.name} and not collected.refused
-    assert collected.new_secrets == {"alice": ["bob"], "bob": ["alice"]}
-    assert any("alice (with bob); bob (with alice)" in warning for warning in collected.warnings), collected.warnings
+    assert {student: list(others) for student, others in collected.new_secrets.items()} == {
+        "alice": ["bob"], "bob": ["alice"]}
+    assert f"bob's: their inbound folder {copier.name!r}" in collected.warnings[-2], collected.warnings
+    assert collected.warnings[-2].startswith(f"alice's submission {victim.name!r} was collected under a new secret")
     assert len({stolen.strip(), secret_of("alice"), secret_of("bob")}) == 3  # nobody holds either new secret
     assert (out / "alice" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == b'{"alice": 1}'
     assert read_final(out, ASSIGNMENT).notebooks["alice"] is not None  # the victim's on-time work is final
@@ -633,7 +635,8 @@ def test_a_secret_that_two_students_share_is_replaced_in_both_collected_copies(t
     # of hers (no longer her newest), so it is collected under a new secret again.
     newest = _inbound_folder(inbound, "alice", "2026-01-01 10:10:00.000000 UTC", alice, b'{"alice": 2}')
     again = collect(exchange, COURSE, ASSIGNMENT, roster, out)
-    assert again.accepted == {"alice": newest.name, "bob": copier.name} and again.new_secrets == {"bob": ["alice"]}
+    assert again.accepted == {"alice": newest.name, "bob": copier.name} and list(again.new_secrets) == ["bob"]
+    assert again.new_secrets["bob"]["alice"][0] == f"their inbound folder {victim.name!r}"
     assert secret_of("alice") == (newest / "submission_secret.txt").read_bytes().strip()  # her own, kept
     assert secret_of("bob") != stolen.strip()
 
@@ -643,7 +646,7 @@ def test_a_secret_that_two_students_share_is_replaced_in_both_collected_copies(t
     later = _inbound_folder(inbound, "bob", "2026-01-01 10:20:00.000000 UTC", bob, b'{"bob": 2}')
     (later / "submission_secret.txt").write_bytes(secret_of("alice"))
     third = collect(exchange, COURSE, ASSIGNMENT, roster, out)
-    assert third.accepted == {"bob": later.name} and third.new_secrets == {"bob": ["alice"]}
+    assert third.accepted == {"bob": later.name} and list(third.new_secrets) == ["bob"]
     assert secret_of("alice") == (later / "submission_secret.txt").read_bytes().strip() != secret_of("bob")
 
     # Round 32: a secret collected before and since replaced by the victim's newer one, her folders gone, is
@@ -655,8 +658,23 @@ def test_a_secret_that_two_students_share_is_replaced_in_both_collected_copies(t
     last = _inbound_folder(inbound, "bob", "2026-01-01 10:40:00.000000 UTC", bob, b'{"bob": 3}')
     (last / "submission_secret.txt").write_bytes(replaced)
     fourth = collect(exchange, COURSE, ASSIGNMENT, roster, out)
-    assert fourth.accepted == {"bob": last.name} and fourth.new_secrets == {"bob": ["alice"]}
+    assert fourth.accepted == {"bob": last.name} and fourth.new_secrets == {
+        "bob": {"alice": ["a submission of theirs collected before"]}}
     assert secret_of("bob") not in {replaced, secret_of("alice")}
+
+    # Round 33: an extra folder of bob's, older than his newest, holds alice's new secret. Her copy gets a new one
+    # (which of the two copied cannot be told), and the warning names his folder, which is never collected.
+    mine = _inbound_folder(inbound, "alice", "2026-01-01 10:50:00.000000 UTC", alice, b'{"alice": 4}')
+    extra = _inbound_folder(inbound, "bob", "2026-01-01 10:45:00.000000 UTC", bob, b'{"bob": "extra"}')
+    (extra / "submission_secret.txt").write_bytes((mine / "submission_secret.txt").read_bytes())
+    fifth = collect(exchange, COURSE, ASSIGNMENT, roster, out)
+    assert fifth.accepted["alice"] == mine.name  # (bob's newest, above, gets a new secret again)
+    assert fifth.new_secrets["alice"] == {"bob": [f"their inbound folder {extra.name!r}"]}
+    assert [warning for warning in fifth.warnings if warning.startswith("alice's submission")] == [
+        (f"alice's submission {mine.name!r} was collected under a new secret that nobody holds: its "
+         f"submission_secret.txt is also bob's: their inbound folder {extra.name!r}. One of the two copied the "
+         "other's (nbgrader keeps it in the student's home, readable where others may enter); nbgrader's "
+         "release_feedback will deliver alice's page to no one, so give it yourself, and make the homes private")]
 
 
 def test_root_counts_the_blocks_kept_for_root_as_free(tmp_path):

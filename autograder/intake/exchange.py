@@ -41,7 +41,8 @@ folder where it runs, next to the answer key (``source/``). This module replaces
   secret that is also in another rostered student's own inbound folder (any of them, not only the newest), or
   in another student's copy collected before, was copied by one of the two (nbgrader keeps it in the student's
   home): the submission is collected under a new secret that nobody holds, so that ``release_feedback`` (which
-  names a page by it) delivers neither page, and :attr:`Collected.new_secrets` names both. DIR must not hold ``source/``
+  names a page by it) delivers neither page, and :attr:`Collected.new_secrets` names the other student and
+  where that secret lies. DIR must not hold ``source/``
   (the folder of the answer key), and nothing here reads the folder the command runs in.
 
 Every name and reason shown is escaped like a line of ``report.txt`` by the caller.
@@ -110,8 +111,8 @@ class Collected:
     warnings: list[str] = field(default_factory=list)
     late: dict[str, datetime.timedelta] = field(default_factory=dict)  # accepted after the deadline, by how much
     no_room: list[str] = field(default_factory=list)  # students whose submission could not be written: the grader's
-    # students whose collected copy got a new secret, since another student's submission had theirs -> those
-    new_secrets: dict[str, list[str]] = field(default_factory=dict)
+    # students whose collected copy got a new secret -> the other students who hold that secret -> where
+    new_secrets: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 def read_roster(path: Path) -> dict[str, str]:
@@ -477,7 +478,10 @@ def collect(
     # (its notebook is not kept in memory), put in place once the class's secrets are known to be their own.
     chosen: dict[str, tuple[Inbound, _Files, Path]] = {}
     # SHA-256 of each secret in a rostered student's own inbound folder, or collected for one before -> them
-    holders = {digest: set(students) for digest, students in collected_secrets(out, assignment).items()}
+    holders: dict[str, dict[str, list[str]]] = {}  # ... -> student -> where (shown to the instructor)
+    for digest, students in collected_secrets(out, assignment).items():
+        for student in students:
+            holders.setdefault(digest, {}).setdefault(student, []).append("a submission of theirs collected before")
     # After the deadline, until a collection is final: what an earlier attempt read (read_after_deadline).
     after_deadline = final is None and deadline is not None and now > deadline
     earlier = read_after_deadline(out, assignment, deadline) if after_deadline else {}
@@ -486,7 +490,8 @@ def collect(
         with inbound:
             for record in _listing(inbound, assignment, roster, uids, collected):
                 if (secret := _folder_secret(inbound, record, uids[record.student])) is not None:
-                    holders.setdefault(_digest(secret), set()).add(record.student)
+                    holders.setdefault(_digest(secret), {}).setdefault(record.student, []).append(
+                        f"their inbound folder {record.name!r}")
                 if record.student in chosen or record.student in collected.no_room:
                     continue  # an older submission of a student already chosen, or one the grader has no room for
                 try:
@@ -542,7 +547,8 @@ def collect(
                 written += size
                 chosen[record.student] = (record, dataclasses.replace(files, notebook=b""), staged)
         for student, secret in _secrets_in_place(out, assignment).items():
-            holders.setdefault(_digest(secret), set()).add(student)
+            holders.setdefault(_digest(secret), {}).setdefault(student, []).append(
+                f"their copy collected before in {out}")
         try:
             record_secrets(out, assignment, {student: files.secret for student, (_, files, _) in chosen.items()})
         except OSError as error:
@@ -550,7 +556,8 @@ def collect(
                 f"the record of the secrets collected could not be written into {out} ({error.strerror or error}): "
                 "a later copy of one of them is found only while its inbound folder or its collected copy is there")
         for student, (record, files, staged) in chosen.items():
-            if sharing := sorted(holders.get(_digest(files.secret), set()) - {student}):
+            if sharing := {other: places for other, places in sorted(holders.get(_digest(files.secret), {}).items())
+                           if other != student}:
                 # nbgrader's release_feedback names a page by the secret, and its fetch_feedback fetches every
                 # page named by a secret in the student's cache: one student's page would reach the other. Which
                 # one copied cannot be told from the files (a write through a memory mapping keeps a file's
@@ -562,14 +569,13 @@ def collect(
             collected.accepted[student] = record.name
             if deadline is not None and files.received > deadline:
                 collected.late[student] = files.received - deadline
-        if collected.new_secrets:
+        for student, sharing in sorted(collected.new_secrets.items()):
             collected.warnings.append(
-                f"{len(collected.new_secrets)} submission(s) hold a submission_secret.txt that another student's "
-                f"submission holds too: {_sharing_text(collected.new_secrets)}. One of them copied the other's "
-                "(nbgrader keeps it in the student's home, readable where others may enter). Each was collected, "
-                "since its folder is its owner's own, under a new secret that nobody holds: nbgrader's "
-                "release_feedback will deliver those pages to no one, so give them to the students yourself, and "
-                "make the homes private")
+                f"{student}'s submission {collected.accepted[student]!r} was collected under a new secret that nobody "
+                f"holds: its submission_secret.txt is also {_sharing_text(sharing)}. One of the two copied the "
+                "other's (nbgrader keeps it in the student's home, readable where others may enter); nbgrader's "
+                f"release_feedback will deliver {student}'s page to no one, so give it yourself, and make the homes "
+                "private")
     finally:
         for _, _, staged in chosen.values():
             shutil.rmtree(staged, ignore_errors=True)  # what was put in place is no longer there
@@ -659,8 +665,13 @@ def _secrets_in_place(out: Path, assignment: str) -> dict[str, bytes]:
     return found
 
 
-def _sharing_text(sharing: dict[str, list[str]]) -> str:
-    return "; ".join(f"{student} (with {', '.join(others)})" for student, others in sorted(sharing.items()))
+def _sharing_text(sharing: dict[str, list[str]], shown_places: int = 3) -> str:
+    """``bob's: their inbound folder '...', ...`` for each other student, at most ``shown_places`` places each."""
+    texts = []
+    for other, places in sharing.items():
+        more = f" and {len(places) - shown_places} more" if len(places) > shown_places else ""
+        texts.append(f"{other}'s: {', '.join(places[:shown_places])}{more}")
+    return "; ".join(texts)
 
 
 def _duration(span: datetime.timedelta) -> str:
