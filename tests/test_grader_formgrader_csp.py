@@ -33,7 +33,7 @@ def _render(name: str, **values) -> str:
     return Environment(loader=FileSystemLoader([str(TEMPLATES)])).get_template(name).render(**values)
 
 
-def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_extensions(tmp_path):
+def test_jupyterlab_runs_without_terminals_and_with_the_peer_cookie_policy_refusal_and_view_extensions(tmp_path):
     command = jupyterlab_command(tmp_path, "127.0.0.1", open_browser=False)
     assert "--ServerApp.terminals_enabled=False" in command
     assert "--LabApp.extension_manager=readonly" in command
@@ -41,7 +41,8 @@ def test_jupyterlab_runs_without_terminals_and_with_the_policy_refusal_and_view_
     environment = jupyterlab_environment("a-token", 8765)  # readable by the instructor's account only
     assert environment["JUPYTER_PORT"] == "8765" and environment["JUPYTER_TOKEN"] == "a-token"
     assert "--ServerApp.kernel_manager_class=autograder.formgrader.no_kernels.NoKernels" in command
-    extensions = ("{'autograder.formgrader.peers': True, 'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
+    extensions = ("{'autograder.formgrader.peers': True, 'autograder.formgrader.cookies': True, "
+                  "'autograder.formgrader.csp': True, 'autograder.formgrader.refusals': True, "
                   "'autograder.formgrader.views': True, 'nbgrader.server_extensions.validate_assignment': False, "
                   "'nbgrader.server_extensions.assignment_list': False, 'nbgrader.server_extensions.course_list': "
                   "False}")
