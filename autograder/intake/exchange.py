@@ -717,13 +717,9 @@ def write_final(out: Path, assignment: str, final: Final) -> None:
     record, which the grader wrote, tells that a submission changed since. A student of whom nothing was
     collected then (no submission, or one refused, a flooded listing included) has nothing on time, and so has a
     student added to the roster since (what their folder held at the deadline was never read)."""
-    path = final_path(out, assignment)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"deadline": final.deadline.isoformat(), "collected_at": final.collected_at.isoformat(),
-              "notebooks": final.notebooks}
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-    staging.rename(path)
+    _write_record(final_path(out, assignment), {
+        "deadline": final.deadline.isoformat(), "collected_at": final.collected_at.isoformat(),
+        "notebooks": final.notebooks})
 
 
 def _read_path(out: Path, assignment: str) -> Path:
@@ -736,16 +732,11 @@ def record_read_after_deadline(out: Path, assignment: str, deadline: datetime.da
     student -> SHA-256 of the notebook, with ``now``. A student's first record is kept: the next collection,
     once there is room, takes as on time only the notebook read then (a notebook changed since through a memory
     mapping keeps its times, and a student who fills the disk would otherwise gain the time until it)."""
-    path = _read_path(out, assignment)
-    path.parent.mkdir(parents=True, exist_ok=True)
     kept = {student: [digest, at.isoformat()] for student, (digest, at) in
             read_after_deadline(out, assignment, deadline).items()}
     for student, digest in read.items():
         kept.setdefault(student, [digest, now.isoformat()])
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps({"deadline": deadline.isoformat(), "read": kept}, indent=1, sort_keys=True),
-                       encoding="utf-8")
-    staging.rename(path)
+    _write_record(_read_path(out, assignment), {"deadline": deadline.isoformat(), "read": kept})
 
 
 def read_after_deadline(out: Path, assignment: str, deadline: datetime.datetime) -> dict[str, tuple[str, datetime.datetime]]:
@@ -767,25 +758,15 @@ COLLECTED_FOLDER = ".autograder-collected"  # in the destination: the timestamps
 def record_collected(out: Path, assignment: str, student: str, timestamp: bytes) -> None:
     """Note the digest of the ``timestamp.txt`` written for ``student``: ``grade`` records a submission time only
     from a file that this command wrote (:func:`collected_timestamps`); a student's own says nothing of when."""
-    path = Path(out) / COLLECTED_FOLDER / f"{assignment}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     digests = collected_timestamps(out, assignment)
     digests[student] = _digest(timestamp)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps(digests, indent=1, sort_keys=True), encoding="utf-8")
-    staging.rename(path)
+    _write_record(Path(out) / COLLECTED_FOLDER / f"{assignment}.json", digests)
 
 
 def collected_timestamps(class_folder: Path, assignment: str) -> dict[str, str]:
     """``student -> SHA-256 of the timestamp.txt`` that ``collect`` wrote into ``class_folder`` for
     ``assignment``; empty where it wrote none (a class folder from elsewhere, a zip)."""
-    path = Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.json"
-    if path.is_symlink() or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = _read_record(Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.json")
     return {str(student): str(digest) for student, digest in data.items()} if isinstance(data, dict) else {}
 
 
@@ -793,31 +774,40 @@ def record_secrets(out: Path, assignment: str, chosen: dict[str, bytes]) -> None
     """Add to the record of ``assignment``'s secrets the one of each ``chosen`` submission (student -> secret, as
     the student handed it in), by SHA-256: a copy of it handed in later by another student is found by it, even
     when the inbound folder that held it is gone (:func:`collect`)."""
-    path = Path(out) / COLLECTED_FOLDER / f"{assignment}.secrets.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     ledger = collected_secrets(out, assignment)
     for student, secret in chosen.items():
         ledger.setdefault(_digest(secret), set()).add(student)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps({digest: sorted(students) for digest, students in ledger.items()}, indent=1,
-                                  sort_keys=True), encoding="utf-8")
-    staging.rename(path)
+    _write_record(Path(out) / COLLECTED_FOLDER / f"{assignment}.secrets.json",
+                  {digest: sorted(students) for digest, students in ledger.items()})
 
 
 def collected_secrets(class_folder: Path, assignment: str) -> dict[str, set[str]]:
     """SHA-256 of each secret ``collect`` ever took for ``assignment`` into ``class_folder`` -> the students
     who handed it in (:func:`record_secrets`); empty where it took none."""
-    path = Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.secrets.json"
-    if path.is_symlink() or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = _read_record(Path(class_folder) / COLLECTED_FOLDER / f"{assignment}.secrets.json")
     if not isinstance(data, dict):
         return {}
     return {str(digest): {str(student) for student in students} for digest, students in data.items()
             if isinstance(students, list)}
+
+
+def _write_record(path: Path, data) -> None:
+    """Write ``data`` as JSON at ``path`` (its folder made if need be) through a file beside it, renamed over it:
+    a reader finds the old record or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    staging.rename(path)
+
+
+def _read_record(path: Path):
+    """The JSON at ``path``; None where there is no such regular file or it cannot be read as JSON."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _digest(notebook: bytes) -> str:
